@@ -1,0 +1,130 @@
+/**
+ * `npm run test:matrix`: the whole suite on every supported major (from its npm binaries
+ * package) and on the system PostgreSQL when `pg_config` is on PATH, then a version x suite
+ * table. Exits non-zero when any run fails.
+ *
+ * Usage: node dist/scripts/matrix.js [--record] [--majors 14,15]
+ *   --record   rewrites the results table in docs/COMPATIBILITY.md
+ */
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { parseArgs } from 'node:util';
+import { PACKAGE_ROOT } from '../src/testing/installation.js';
+import { SUPPORTED_MAJORS, findInstallation, findSystemPgConfig } from '../src/testing/index.js';
+import type { SuiteCounts } from './summary-reporter.js';
+
+interface Target {
+  label: string;
+  env: Record<string, string>;
+}
+
+interface Outcome {
+  target: Target;
+  version: string;
+  exitCode: number;
+  suites: Record<string, SuiteCounts>;
+  seconds: number;
+  log: string;
+}
+
+const { values } = parseArgs({
+  options: { record: { type: 'boolean', default: false }, majors: { type: 'string' } },
+});
+
+const majors = values.majors ? values.majors.split(',').map(Number) : [...SUPPORTED_MAJORS];
+const targets: Target[] = majors.map((major) => ({
+  label: `embedded ${major}`,
+  env: { PG_LEASE_PG_MAJOR: String(major) },
+}));
+const systemPgConfig = findSystemPgConfig();
+if (systemPgConfig && !values.majors) {
+  const system = findInstallation({ pgConfig: systemPgConfig });
+  targets.push({ label: `system ${system.major}`, env: { PG_LEASE_PG_CONFIG: systemPgConfig } });
+}
+
+const workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-matrix-'));
+
+async function run(target: Target): Promise<Outcome> {
+  const summaryFile = path.join(workDir, `${target.label.replace(/\W+/g, '-')}.json`);
+  const logFile = summaryFile.replace(/\.json$/, '.log');
+  const log = fs.openSync(logFile, 'w');
+  const started = Date.now();
+  const exitCode = await new Promise<number>((resolve) => {
+    const child = spawn(process.execPath, [path.join(PACKAGE_ROOT, 'dist', 'scripts', 'test.js')], {
+      stdio: ['ignore', log, log],
+      env: { ...process.env, ...target.env, PG_LEASE_TEST_SUMMARY: summaryFile },
+    });
+    child.once('exit', (code) => resolve(code ?? 1));
+    child.once('error', () => resolve(1));
+  });
+  fs.closeSync(log);
+  let version = '?';
+  let suites: Record<string, SuiteCounts> = {};
+  if (fs.existsSync(summaryFile)) {
+    ({ version, suites } = JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as {
+      version: string;
+      suites: Record<string, SuiteCounts>;
+    });
+  }
+  return {
+    target,
+    version,
+    exitCode,
+    suites,
+    seconds: (Date.now() - started) / 1000,
+    log: logFile,
+  };
+}
+
+function cell(counts: SuiteCounts | undefined): string {
+  if (!counts) return '-';
+  const total = counts.passed + counts.failed + counts.skipped;
+  const mark = counts.failed > 0 ? 'FAIL' : counts.skipped > 0 ? 'pass*' : 'pass';
+  return `${mark} ${counts.passed}/${total}`;
+}
+
+function table(outcomes: Outcome[]): string {
+  const suiteNames = [...new Set(outcomes.flatMap((o) => Object.keys(o.suites)))].sort();
+  const header = ['build', 'server', ...suiteNames, 'result', 'time'];
+  const rows = outcomes.map((o) => [
+    o.target.label,
+    o.version,
+    ...suiteNames.map((name) => cell(o.suites[name])),
+    o.exitCode === 0 ? 'PASS' : 'FAIL',
+    `${Math.round(o.seconds)} s`,
+  ]);
+  return [header, header.map(() => '---'), ...rows].map((r) => `| ${r.join(' | ')} |`).join('\n');
+}
+
+const outcomes: Outcome[] = [];
+for (const target of targets) {
+  process.stdout.write(`matrix: ${target.label} ... `);
+  const outcome = await run(target);
+  outcomes.push(outcome);
+  console.log(
+    `${outcome.exitCode === 0 ? 'pass' : 'FAIL'} (PostgreSQL ${outcome.version}, ${Math.round(outcome.seconds)} s)`,
+  );
+  if (outcome.exitCode !== 0) {
+    console.log(fs.readFileSync(outcome.log, 'utf8').split('\n').slice(-80).join('\n'));
+  }
+}
+
+const result = table(outcomes);
+console.log(`\n${result}\n`);
+if (values.record) {
+  const file = path.join(PACKAGE_ROOT, 'docs', 'COMPATIBILITY.md');
+  const text = fs.readFileSync(file, 'utf8');
+  const stamp = `Recorded ${new Date().toISOString().slice(0, 10)} on ${os.type()} ${os.arch()}, Node.js ${process.version}, by \`npm run test:matrix -- --record\`.`;
+  const updated = text.replace(
+    /<!-- matrix:start -->[\s\S]*<!-- matrix:end -->/,
+    `<!-- matrix:start -->\n${stamp}\n\n${result}\n<!-- matrix:end -->`,
+  );
+  fs.writeFileSync(file, updated);
+  console.log(`recorded in ${path.relative(process.cwd(), file)}`);
+}
+fs.rmSync(workDir, { recursive: true, force: true });
+const failed = outcomes.filter((o) => o.exitCode !== 0);
+console.log(`matrix: ${outcomes.length - failed.length} passed, ${failed.length} failed`);
+process.exit(failed.length > 0 ? 1 : 0);

@@ -1,0 +1,95 @@
+/**
+ * `npm test`: every TypeScript suite under test/ against real throwaway PostgreSQL servers.
+ *
+ * One shared cluster serves the suites that only need a database (each test file creates its
+ * own database in it); suites that crash or restart servers start clusters of their own. The
+ * server build comes from the environment (PG_LEASE_PG_MAJOR, PG_LEASE_PG_CONFIG, ...), which
+ * is how the matrix runs the same suites on every version.
+ *
+ * Usage: node dist/scripts/test.js [test files...]
+ * Env: PG_LEASE_TEST_SUMMARY=file writes per-suite counts as JSON.
+ */
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { PgCluster } from '../src/testing/index.js';
+import type { SuiteCounts } from './summary-reporter.js';
+
+const distRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+function findTestFiles(dir: string): string[] {
+  return fs
+    .readdirSync(dir, { withFileTypes: true })
+    .flatMap((entry) => {
+      const full = path.join(dir, entry.name);
+      if (entry.isDirectory()) return findTestFiles(full);
+      return entry.name.endsWith('.test.js') ? [full] : [];
+    })
+    .sort();
+}
+
+async function main(): Promise<number> {
+  const requested = process.argv.slice(2).map((file) => path.resolve(file));
+  const files = requested.length > 0 ? requested : findTestFiles(path.join(distRoot, 'test'));
+  if (files.length === 0) throw new Error('no test files found under dist/test');
+
+  const cluster = await PgCluster.start();
+  const summaryFile = path.join(
+    fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-summary-')),
+    'summary.json',
+  );
+  try {
+    const version = cluster.installation.version;
+    console.log(
+      `pg-lease tests on PostgreSQL ${version} (${cluster.installation.source}), ${files.length} files`,
+    );
+    const exitCode = await new Promise<number>((resolve, reject) => {
+      const child = spawn(
+        process.execPath,
+        [
+          '--test',
+          `--test-concurrency=${process.env.PG_LEASE_TEST_CONCURRENCY ?? 2}`,
+          '--test-reporter=spec',
+          '--test-reporter-destination=stdout',
+          `--test-reporter=${path.join(distRoot, 'scripts', 'summary-reporter.js')}`,
+          `--test-reporter-destination=${summaryFile}`,
+          ...files,
+        ],
+        { stdio: 'inherit', env: { ...process.env, PG_LEASE_TEST_URL: cluster.url() } },
+      );
+      child.once('error', reject);
+      child.once('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0)));
+    });
+
+    const suites = JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as Record<string, SuiteCounts>;
+    if (process.env.PG_LEASE_TEST_SUMMARY) {
+      fs.writeFileSync(
+        process.env.PG_LEASE_TEST_SUMMARY,
+        JSON.stringify({ version, suites }, null, 2),
+      );
+    }
+    const total = { passed: 0, failed: 0, skipped: 0 };
+    for (const counts of Object.values(suites)) {
+      total.passed += counts.passed;
+      total.failed += counts.failed;
+      total.skipped += counts.skipped;
+    }
+    console.log(
+      `\ntests: ${total.passed} passed, ${total.failed} failed, ${total.skipped} skipped`,
+    );
+    return exitCode !== 0 || total.failed > 0 || total.passed === 0 ? 1 : 0;
+  } finally {
+    await cluster.destroy();
+    fs.rmSync(path.dirname(summaryFile), { recursive: true, force: true });
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,302 @@
+/**
+ * SEMANTICS.md §3 and I9: every invalid input of every function raises SQLSTATE 22023 with a
+ * message starting `pg_lease: invalid input` and a DETAIL naming every violated constraint,
+ * joined by "; ", and nothing changes. The phrases are the ones the install script uses.
+ *
+ * The tests in this file run one after another: each compares the whole lease table before
+ * and after its call.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import {
+  acquire,
+  allRows,
+  inspect,
+  release,
+  renew,
+  serverVersionNum,
+  uniqueKey,
+} from '../support/lease-calls.js';
+
+/** The DETAIL phrase for each constraint, as worded by extension/sql/pg_lease--0.1.0.sql. */
+const PHRASE = {
+  keyEmpty: 'key must be a non-empty string',
+  keyLong: 'key must be at most 1000 bytes',
+  ownerEmpty: 'owner must be a non-empty string',
+  ownerLong: 'owner must be at most 1000 bytes',
+  epoch: 'epoch must not be null',
+  ttl: 'ttl must be a positive finite interval',
+  wait: 'wait must be a non-negative finite interval',
+} as const;
+type Violation = keyof typeof PHRASE;
+
+const LIMIT = 1000;
+const asciiOf = (bytes: number) => 'k'.repeat(bytes);
+/** 1001 bytes in 501 characters: a limit counted in characters would let it through. */
+const twoByte1001 = 'é'.repeat(500) + 'k';
+/** 1001 bytes in 251 characters. */
+const fourByte1001 = '😀'.repeat(250) + 'k';
+/** Far over the btree tuple limit and incompressible, so a missing check would hit btree/TOAST. */
+const huge = randomBytes(60_000).toString('base64');
+
+let db: TestDatabase;
+/** A key held by worker-a, so that a call slipping past validation would visibly change it. */
+let heldKey: string;
+let heldEpoch: bigint;
+let infiniteIntervals = false;
+
+before(async () => {
+  db = await createTestDatabase();
+  heldKey = uniqueKey('validation-held');
+  const granted = await acquire(db.pool, heldKey, 'worker-a', '10 minutes');
+  heldEpoch = granted.epoch!;
+  infiniteIntervals = (await serverVersionNum(db.pool)) >= 170000;
+});
+after(() => db.close());
+
+/** Runs an invalid call and checks the error and that the lease table is unchanged. */
+async function expectInvalid(call: () => Promise<unknown>, violations: Violation[]): Promise<void> {
+  const before = await allRows(db.pool);
+  let error: unknown;
+  try {
+    await call();
+  } catch (caught) {
+    error = caught;
+  }
+  assert.ok(error instanceof pg.DatabaseError, `expected a 22023 error, got ${String(error)}`);
+  assert.equal(error.code, '22023', `${error.code}: ${error.message}`);
+  assert.ok(
+    error.message.startsWith('pg_lease: invalid input'),
+    `message "${error.message}" must start with "pg_lease: invalid input"`,
+  );
+  const named = (error.detail ?? '').split('; ');
+  assert.deepEqual(
+    [...named].sort(),
+    violations.map((violation) => PHRASE[violation]).sort(),
+    `DETAIL "${error.detail}" must name exactly the violated constraints`,
+  );
+  assert.deepEqual(await allRows(db.pool), before, 'invalid input must change nothing');
+}
+
+interface Case {
+  name: string;
+  key?: string | null;
+  owner?: string | null;
+  ttl?: string | null;
+  wait?: string | null;
+  epoch?: bigint | null;
+  violations: Violation[];
+  /** Only on servers that know infinite intervals (PostgreSQL 17+). */
+  infinite?: boolean;
+}
+
+const keyCases: Case[] = [
+  { name: 'a NULL key', key: null, violations: ['keyEmpty'] },
+  { name: "an empty key ''", key: '', violations: ['keyEmpty'] },
+  { name: 'a key of 1001 ASCII bytes', key: asciiOf(LIMIT + 1), violations: ['keyLong'] },
+  { name: 'a key of 1001 bytes in 501 characters', key: twoByte1001, violations: ['keyLong'] },
+  { name: 'a key of 1001 bytes in 251 characters', key: fourByte1001, violations: ['keyLong'] },
+  { name: 'an incompressible 80 kB key', key: huge, violations: ['keyLong'] },
+];
+
+const ownerCases: Case[] = [
+  { name: 'a NULL owner', owner: null, violations: ['ownerEmpty'] },
+  { name: "an empty owner ''", owner: '', violations: ['ownerEmpty'] },
+  { name: 'an owner of 1001 ASCII bytes', owner: asciiOf(LIMIT + 1), violations: ['ownerLong'] },
+  { name: 'an owner of 1001 bytes in 501 characters', owner: twoByte1001, violations: ['ownerLong'] },
+  { name: 'an owner of 1001 bytes in 251 characters', owner: fourByte1001, violations: ['ownerLong'] },
+  { name: 'an incompressible 80 kB owner', owner: huge, violations: ['ownerLong'] },
+];
+
+const ttlCases: Case[] = [
+  { name: 'a NULL ttl', ttl: null, violations: ['ttl'] },
+  { name: 'a zero ttl', ttl: '0', violations: ['ttl'] },
+  { name: "a zero ttl written '0 days 0 seconds'", ttl: '0 days 0 seconds', violations: ['ttl'] },
+  { name: "a ttl of '1 day -24 hours' (equal to zero)", ttl: '1 day -24 hours', violations: ['ttl'] },
+  { name: 'a negative ttl', ttl: '-1 second', violations: ['ttl'] },
+  { name: 'a negative ttl of one microsecond', ttl: '-1 microsecond', violations: ['ttl'] },
+  { name: 'a negative ttl of days', ttl: '-3 days', violations: ['ttl'] },
+  { name: "an infinite ttl 'infinity'", ttl: 'infinity', violations: ['ttl'], infinite: true },
+  { name: "an infinite ttl '-infinity'", ttl: '-infinity', violations: ['ttl'], infinite: true },
+];
+
+const waitCases: Case[] = [
+  { name: 'a NULL wait', wait: null, violations: ['wait'] },
+  { name: 'a negative wait', wait: '-1 second', violations: ['wait'] },
+  { name: 'a negative wait of one microsecond', wait: '-1 microsecond', violations: ['wait'] },
+  { name: "an infinite wait 'infinity'", wait: 'infinity', violations: ['wait'], infinite: true },
+  { name: "an infinite wait '-infinity'", wait: '-infinity', violations: ['wait'], infinite: true },
+];
+
+function caseTest(
+  operation: string,
+  testCase: Case,
+  call: (testCase: Case) => Promise<unknown>,
+): void {
+  const list = testCase.violations.map((violation) => PHRASE[violation]).join('; ');
+  test(`${operation} with ${testCase.name} raises 22023 naming "${list}"`, async (t) => {
+    if (testCase.infinite && !infiniteIntervals) {
+      t.skip('infinite intervals exist only on PostgreSQL 17+');
+      return;
+    }
+    await expectInvalid(() => call(testCase), testCase.violations);
+  });
+}
+
+const pick = <T>(value: T | undefined, fallback: T): T => (value === undefined ? fallback : value);
+
+describe('acquire validation', () => {
+  const call = (c: Case) =>
+    acquire(
+      db.pool,
+      pick(c.key, heldKey),
+      pick(c.owner, 'worker-b'),
+      pick(c.ttl, '1 minute'),
+      pick(c.wait, '0'),
+    );
+  for (const testCase of [...keyCases, ...ownerCases, ...ttlCases, ...waitCases])
+    caseTest('acquire', testCase, call);
+
+  test('acquire by the holder with an invalid ttl does not return or touch its grant', async () => {
+    await expectInvalid(() => acquire(db.pool, heldKey, 'worker-a', '0', '0'), ['ttl']);
+  });
+
+  caseTest(
+    'acquire',
+    {
+      name: 'every argument invalid',
+      key: null,
+      owner: '',
+      ttl: '0',
+      wait: '-1 second',
+      violations: ['keyEmpty', 'ownerEmpty', 'ttl', 'wait'],
+    },
+    call,
+  );
+  caseTest(
+    'acquire',
+    {
+      name: 'an over-long key and owner and NULL intervals',
+      key: twoByte1001,
+      owner: asciiOf(LIMIT + 1),
+      ttl: null,
+      wait: null,
+      violations: ['keyLong', 'ownerLong', 'ttl', 'wait'],
+    },
+    call,
+  );
+  caseTest(
+    'acquire',
+    { name: 'an empty key and a negative ttl', key: '', ttl: '-5 minutes', violations: ['keyEmpty', 'ttl'] },
+    call,
+  );
+});
+
+describe('renew validation', () => {
+  const call = (c: Case) =>
+    renew(
+      db.pool,
+      pick(c.key, heldKey),
+      pick(c.owner, 'worker-a'),
+      pick(c.epoch, heldEpoch),
+      pick(c.ttl, '1 minute'),
+    );
+  for (const testCase of [...keyCases, ...ownerCases, ...ttlCases])
+    caseTest('renew', testCase, call);
+  caseTest('renew', { name: 'a NULL epoch', epoch: null, violations: ['epoch'] }, call);
+  caseTest(
+    'renew',
+    {
+      name: 'every argument NULL',
+      key: null,
+      owner: null,
+      epoch: null,
+      ttl: null,
+      violations: ['keyEmpty', 'ownerEmpty', 'epoch', 'ttl'],
+    },
+    call,
+  );
+  caseTest(
+    'renew',
+    {
+      name: 'an over-long owner, a NULL epoch and a zero ttl',
+      owner: fourByte1001,
+      epoch: null,
+      ttl: '0',
+      violations: ['ownerLong', 'epoch', 'ttl'],
+    },
+    call,
+  );
+});
+
+describe('release validation', () => {
+  const call = (c: Case) =>
+    release(db.pool, pick(c.key, heldKey), pick(c.owner, 'worker-a'), pick(c.epoch, heldEpoch));
+  for (const testCase of [...keyCases, ...ownerCases]) caseTest('release', testCase, call);
+  caseTest('release', { name: 'a NULL epoch', epoch: null, violations: ['epoch'] }, call);
+  caseTest(
+    'release',
+    {
+      name: 'every argument NULL',
+      key: null,
+      owner: null,
+      epoch: null,
+      violations: ['keyEmpty', 'ownerEmpty', 'epoch'],
+    },
+    call,
+  );
+  caseTest(
+    'release',
+    {
+      name: "an over-long key, an empty owner and a NULL epoch",
+      key: asciiOf(LIMIT + 1),
+      owner: '',
+      epoch: null,
+      violations: ['keyLong', 'ownerEmpty', 'epoch'],
+    },
+    call,
+  );
+});
+
+describe('inspect validation', () => {
+  for (const testCase of keyCases)
+    caseTest('inspect', testCase, (c) => inspect(db.pool, pick(c.key, heldKey)));
+});
+
+describe('the limits themselves are valid', () => {
+  test('a key and an owner of exactly 1000 bytes work through every function', async () => {
+    for (const [key, owner] of [
+      [asciiOf(LIMIT), asciiOf(LIMIT)],
+      ['é'.repeat(LIMIT / 2), 'é'.repeat(LIMIT / 2)],
+      ['😀'.repeat(LIMIT / 4), '😀'.repeat(LIMIT / 4)],
+    ] as const) {
+      assert.equal(Buffer.byteLength(key), LIMIT);
+      const granted = await acquire(db.pool, key, owner, '1 minute');
+      assert.equal(granted.acquired, true);
+      assert.equal((await inspect(db.pool, key))?.owner, owner);
+      assert.equal((await renew(db.pool, key, owner, granted.epoch, '1 minute')).status, 'ok');
+      assert.equal((await release(db.pool, key, owner, granted.epoch)).status, 'ok');
+    }
+  });
+
+  test('keys and owners differing only in their last byte of 1000 are different', async () => {
+    const prefix = uniqueKey('p').padEnd(LIMIT - 1, 'p');
+    const a = await acquire(db.pool, `${prefix}a`, `${prefix}x`, '1 minute');
+    const b = await acquire(db.pool, `${prefix}b`, `${prefix}y`, '1 minute');
+    assert.deepEqual([a.acquired, a.epoch, b.acquired, b.epoch], [true, 1n, true, 1n]);
+    const denied = await acquire(db.pool, `${prefix}a`, `${prefix}y`, '1 minute');
+    assert.equal(denied.acquired, false);
+  });
+
+  test('the smallest positive ttl, a zero wait and an epoch of any value are valid', async () => {
+    const key = uniqueKey('smallest');
+    assert.equal((await acquire(db.pool, key, 'worker-a', '1 microsecond', '0')).acquired, true);
+    assert.equal((await acquire(db.pool, key, 'worker-a', '1 minute', '0 seconds')).acquired, true);
+    const status = await renew(db.pool, key, 'worker-a', -9223372036854775808n, '1 minute');
+    assert.equal(status.status, 'epoch_mismatch');
+    assert.equal((await release(db.pool, key, 'worker-a', 9223372036854775807n)).status, 'epoch_mismatch');
+  });
+});

@@ -1,0 +1,643 @@
+/* extension/sql/pg_lease--0.1.0.sql */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION pg_lease" to load this file. \quit
+
+/*
+ * pg_lease 0.1.0: leases on named keys, in plain SQL and PL/pgSQL.
+ *
+ * The contract is specs/SEMANTICS.md; section numbers (§) below refer to it.
+ *
+ * Security model (§1).  The control file says superuser = false, so the
+ * script runs as the role that runs CREATE EXTENSION, and that role owns
+ * schema lease, the table and every function ("trusted" changes nothing
+ * when superuser is false).  The four API functions are SECURITY DEFINER:
+ * they run as that owner, which may well be a superuser.  Every function
+ * therefore pins search_path to "pg_catalog, pg_temp" and names every
+ * table and function with its schema.  Operators are left unqualified on
+ * purpose: with that search_path, operator lookup sees pg_catalog only
+ * (pg_temp is never searched for functions or operators), so a caller's
+ * public.=(text, text) or similar cannot be picked up;
+ * OPERATOR(pg_catalog.=) everywhere would add noise without closing
+ * anything further.  Comparisons of key and owner carry an explicit
+ * COLLATE "C": identity is byte equality, independent of the collation of
+ * the caller's argument (a nondeterministic ICU collation would otherwise
+ * make 'Worker' equal 'worker') and always able to use the primary key
+ * index.
+ *
+ * Internal calls pass arguments of exactly the declared types (literals
+ * and NULLs are cast).  Function resolution takes an exact match first, so
+ * an overload that a role with CREATE on schema lease might add later is
+ * never chosen in place of the extension's own helper.
+ *
+ * Time (§2).  Each call reads clock_timestamp() once into v_now (a blocking
+ * acquire once per attempt); every state test uses that value.  A grant is
+ * held while v_now < expires_at, so at expires_at itself it has lapsed.
+ * Expiry is lazy: nothing rewrites a lapsed row.
+ *
+ * The internal helpers (prefix "_") are not executable by PUBLIC.
+ */
+
+-- The schema itself is created by CREATE EXTENSION (control file: schema).
+-- Callers need USAGE to reach the API functions; the table stays closed.
+GRANT USAGE ON SCHEMA lease TO PUBLIC;
+
+/*
+ * One row per key that was ever granted (§1).  Rows are never deleted:
+ * epoch is the key's fencing counter and must survive release and lapse.
+ *
+ * Only the primary key is indexed.  acquire, renew and release change owner,
+ * epoch and expires_at only, so with free space on the page every one of
+ * them is a HOT update; fillfactor 70 keeps that space.  key is COLLATE "C"
+ * so that the index never depends on the operating system's locale data (a
+ * glibc collation change cannot corrupt it and make two rows for one key).
+ */
+CREATE TABLE lease.leases (
+    key         text COLLATE pg_catalog."C" NOT NULL,
+    owner       text COLLATE pg_catalog."C",
+    epoch       bigint NOT NULL,
+    expires_at  timestamptz,
+    CONSTRAINT leases_pkey PRIMARY KEY (key),
+    -- Mirrors lease._validate: keys and owners are 1..1000 bytes (§3).
+    CONSTRAINT leases_key_length
+        CHECK (pg_catalog.octet_length(key) BETWEEN 1 AND 1000),
+    CONSTRAINT leases_owner_length
+        CHECK (owner IS NULL OR pg_catalog.octet_length(owner) BETWEEN 1 AND 1000),
+    -- A row is either held/lapsed (both set) or free (both NULL) (§2).
+    CONSTRAINT leases_holder_complete
+        CHECK ((owner IS NULL) = (expires_at IS NULL)),
+    -- The first grant of a key carries epoch 1 (§4).
+    CONSTRAINT leases_epoch_positive
+        CHECK (epoch >= 1)
+) WITH (fillfactor = 70);
+
+-- Nobody but the functions below reads or writes the table (§1).
+REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
+
+-- Let pg_dump carry lease state, epochs above all: a logical restore must
+-- not restart fencing at epoch 1 (I2).  The table's owner, the installing
+-- role, can read it, so its pg_dump keeps working.
+SELECT pg_catalog.pg_extension_config_dump('lease.leases', '');
+
+COMMENT ON TABLE lease.leases IS
+    'pg_lease internal state: one row per key ever granted; use the lease.* functions, never this table';
+
+/*
+ * lease._has_negative_field(interval): true when the months, days or time
+ * field of the interval is negative.
+ *
+ * Interval comparison treats a month as 30 days, so '1 month -29 days' is
+ * greater than zero, yet added to 2023-02-01 it yields 2023-01-31: a lease
+ * granted with it would expire before it was granted.  §3 therefore reads
+ * "positive" (ttl) and "not negative" (wait) as: no field is negative, and
+ * for ttl at least one is positive.  Then server time + interval is never
+ * earlier than server time, on any date and in any time zone.
+ *
+ * A SQL-standard body is bound at creation time (no search_path involved)
+ * and is inlined into the caller.  The caller must pass a finite interval:
+ * on PostgreSQL 17+ subtracting infinite intervals raises an error.
+ */
+CREATE FUNCTION lease._has_negative_field(p_interval interval)
+    RETURNS boolean
+    LANGUAGE sql
+    IMMUTABLE PARALLEL SAFE
+RETURN pg_catalog.date_trunc('month', p_interval) < interval '0'
+    OR pg_catalog.date_trunc('day', p_interval)
+       - pg_catalog.date_trunc('month', p_interval) < interval '0'
+    OR p_interval - pg_catalog.date_trunc('day', p_interval) < interval '0';
+
+REVOKE ALL ON FUNCTION lease._has_negative_field(interval) FROM PUBLIC;
+
+/*
+ * lease._validate: input validation shared by the API (§3).
+ *
+ * Raises one 22023 error whose DETAIL lists every violated constraint, in
+ * parameter order, joined with "; ".  p_function names the calling API
+ * function and decides which parameters apply.
+ *
+ * Limits, all documented in the README:
+ *   - key and owner: 1 to 1000 bytes (octet_length), far below the btree
+ *     tuple limit, so a long key is rejected here and never surfaces as an
+ *     index or TOAST error; emptiness is tested by length, not by "= ''",
+ *     so that no collation can make a non-empty string look empty.
+ *   - ttl: finite, no negative field, greater than zero, at most 1000 years.
+ *   - wait: finite, no negative field, at most 1000 years (zero allowed).
+ *     The upper bound keeps server time + interval inside the timestamptz
+ *     range, so a huge interval is invalid input rather than a 22008 error
+ *     from deep inside the function.
+ *   - epoch: not NULL.  Any other value is a valid question whose answer
+ *     is a status (epoch_mismatch), not an input error.
+ *
+ * isfinite(interval) exists on every supported version; before 17 no
+ * interval is infinite and it always returns true.
+ */
+CREATE FUNCTION lease._validate(
+    p_function text,
+    p_key      text,
+    p_owner    text,
+    p_epoch    bigint,
+    p_ttl      interval,
+    p_wait     interval)
+    RETURNS void
+    LANGUAGE plpgsql
+    IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    c_max_bytes    CONSTANT integer  := 1000;
+    c_max_interval CONSTANT interval := interval '1000 years';
+    v_violations   text[] := ARRAY[]::text[];
+BEGIN
+    IF p_key IS NULL OR pg_catalog.octet_length(p_key) = 0 THEN
+        v_violations := v_violations || 'key must be a non-empty string'::text;
+    ELSIF pg_catalog.octet_length(p_key) > c_max_bytes THEN
+        v_violations := v_violations || 'key must be at most 1000 bytes'::text;
+    END IF;
+
+    IF p_function <> 'inspect' THEN
+        IF p_owner IS NULL OR pg_catalog.octet_length(p_owner) = 0 THEN
+            v_violations := v_violations || 'owner must be a non-empty string'::text;
+        ELSIF pg_catalog.octet_length(p_owner) > c_max_bytes THEN
+            v_violations := v_violations || 'owner must be at most 1000 bytes'::text;
+        END IF;
+    END IF;
+
+    IF p_function IN ('renew', 'release') AND p_epoch IS NULL THEN
+        v_violations := v_violations || 'epoch must not be null'::text;
+    END IF;
+
+    IF p_function IN ('acquire', 'renew') THEN
+        -- Nested tests: _has_negative_field needs a finite interval.
+        IF p_ttl IS NULL OR NOT pg_catalog.isfinite(p_ttl) THEN
+            v_violations := v_violations || 'ttl must be a positive finite interval'::text;
+        ELSIF p_ttl <= interval '0' OR lease._has_negative_field(p_ttl) THEN
+            v_violations := v_violations || 'ttl must be a positive finite interval'::text;
+        ELSIF p_ttl > c_max_interval THEN
+            v_violations := v_violations || 'ttl must be at most 1000 years'::text;
+        END IF;
+    END IF;
+
+    IF p_function = 'acquire' THEN
+        IF p_wait IS NULL OR NOT pg_catalog.isfinite(p_wait) THEN
+            v_violations := v_violations || 'wait must be a non-negative finite interval'::text;
+        ELSIF lease._has_negative_field(p_wait) THEN
+            v_violations := v_violations || 'wait must be a non-negative finite interval'::text;
+        ELSIF p_wait > c_max_interval THEN
+            v_violations := v_violations || 'wait must be at most 1000 years'::text;
+        END IF;
+    END IF;
+
+    IF pg_catalog.cardinality(v_violations) > 0 THEN
+        RAISE EXCEPTION 'pg_lease: invalid input'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = pg_catalog.array_to_string(v_violations, '; '),
+                  HINT = CASE p_function
+                      WHEN 'inspect' THEN
+                          'key is a non-empty string of at most 1000 bytes.'
+                      WHEN 'release' THEN
+                          'key and owner are non-empty strings of at most 1000 bytes; epoch is the one acquire returned.'
+                      ELSE
+                          'key and owner are non-empty strings of at most 1000 bytes; '
+                          || 'intervals are finite, at most 1000 years, without negative fields; '
+                          || 'ttl is greater than zero.'
+                  END;
+    END IF;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._validate(text, text, text, bigint, interval, interval) FROM PUBLIC;
+
+/*
+ * lease._acquire_attempt: one acquire attempt (§4 acquire table, §5).
+ *
+ * The contract's trap (§5): INSERT ... ON CONFLICT DO UPDATE ... WHERE locks
+ * the existing row even when its WHERE rejects it, and that lock lives until
+ * the caller's transaction ends, so a denied acquire in an open transaction
+ * would block the holder's renew and release.  A plain UPDATE has the same
+ * flaw in a race: under READ COMMITTED, when the row it wants was changed by
+ * a concurrent transaction, it locks the newest version before rechecking
+ * its WHERE (EvalPlanQual) and keeps that lock if the recheck fails.
+ *
+ * So the attempt never writes or locks a row it might not win:
+ *
+ *   1. A plain SELECT (fresh READ COMMITTED snapshot, no lock) classifies
+ *      the key.  HELD by the caller: return the grant as it stands, with no
+ *      write at all (I4).  HELD by another: deny.  Neither takes a lock or
+ *      an XID.
+ *   2. NEVER: INSERT ... ON CONFLICT (key) DO NOTHING.  DO NOTHING takes no
+ *      row lock; it waits for a concurrent uncommitted insert of the key to
+ *      finish and then either inserts (the other side rolled back) or does
+ *      nothing (it committed).  The unique index admits one winner.
+ *   3. FREE or LAPSED: UPDATE ... WHERE <still free or lapsed> inside a
+ *      subtransaction (a BEGIN ... EXCEPTION block).  Row locks serialize
+ *      concurrent grants; the recheck admits exactly one winner.  A loser
+ *      raises a private SQLSTATE to roll the subtransaction back, and the
+ *      rollback releases the lock the recheck took: nothing is left behind.
+ *   4. After losing either race, re-read once: the caller may itself be the
+ *      winner (two concurrent same-owner acquires), otherwise deny.  A
+ *      denial is linearizable: when we lost, the winner's grant held the key.
+ *
+ * The subtransaction is paid only when an existing free or lapsed row is
+ * granted.  A transaction that grants more than 64 such keys overflows the
+ * subtransaction cache; the README notes this.
+ *
+ * Like any UPDATE, step 2 or 3 waits for a concurrent uncommitted operation
+ * on the same row (§4: wait = 0 may do so).  lease._acquire_attempt_bounded
+ * caps that wait for blocking acquires.
+ */
+CREATE FUNCTION lease._acquire_attempt(
+    p_key       text,
+    p_owner     text,
+    p_ttl       interval,
+    OUT acquired   boolean,
+    OUT epoch      bigint,
+    OUT expires_at timestamptz)
+    LANGUAGE plpgsql
+    VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_found      boolean;
+    v_owner      text;
+    v_epoch      bigint;
+    v_expires_at timestamptz;
+    v_lost_race  boolean := false;
+BEGIN
+    acquired := false;
+
+    LOOP
+        SELECT l.owner, l.epoch, l.expires_at
+          INTO v_owner, v_epoch, v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C";
+        v_found := FOUND;
+
+        -- HELD (§2): same owner gets the grant unchanged, anyone else is denied.
+        IF v_found AND v_owner IS NOT NULL AND v_now < v_expires_at THEN
+            IF v_owner = p_owner COLLATE pg_catalog."C" THEN
+                acquired := true;
+                epoch := v_epoch;
+                expires_at := v_expires_at;
+            END IF;
+            RETURN;
+        END IF;
+
+        -- We lost a race and the winner's grant is already gone again; the
+        -- denial stands (see step 4 above).
+        IF v_lost_race THEN
+            RETURN;
+        END IF;
+
+        IF NOT v_found THEN
+            -- NEVER -> HELD(owner, 1, now + ttl).
+            INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
+            VALUES (p_key, p_owner, 1, v_now + p_ttl)
+            ON CONFLICT (key) DO NOTHING
+            RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires_at;
+
+            IF FOUND THEN
+                acquired := true;
+                epoch := v_epoch;
+                expires_at := v_expires_at;
+                RETURN;
+            END IF;
+        ELSE
+            -- FREE with epoch c, or LAPSED with epoch e -> HELD(owner, c+1 | e+1).
+            BEGIN
+                UPDATE lease.leases AS l
+                   SET owner = p_owner,
+                       epoch = l.epoch + 1,
+                       expires_at = v_now + p_ttl
+                 WHERE l.key = p_key COLLATE pg_catalog."C"
+                   AND (l.owner IS NULL OR l.expires_at <= v_now)
+                RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires_at;
+
+                IF NOT FOUND THEN
+                    -- Lost the race: undo the row lock the recheck may hold.
+                    RAISE EXCEPTION USING ERRCODE = 'PLL01';
+                END IF;
+            EXCEPTION
+                WHEN SQLSTATE 'PLL01' THEN
+                    v_epoch := NULL;
+            END;
+
+            IF v_epoch IS NOT NULL THEN
+                acquired := true;
+                epoch := v_epoch;
+                expires_at := v_expires_at;
+                RETURN;
+            END IF;
+        END IF;
+
+        v_lost_race := true;
+    END LOOP;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._acquire_attempt(text, text, interval) FROM PUBLIC;
+
+/*
+ * lease._acquire_attempt_bounded: one attempt of a blocking acquire whose
+ * lock waits end after p_lock_wait_ms (§4: the wait is bounded even when an
+ * open transaction holds the key's row lock the whole time).
+ *
+ * The only waits inside an attempt are heavyweight lock waits (a row lock,
+ * or an uncommitted insert of the same key), which lock_timeout bounds.
+ * The timeout error (55P03) rolls back this block's subtransaction and so
+ * everything the attempt did; it counts as "not acquirable yet".
+ *
+ * lock_timeout appears in the SET clause only to scope the set_config()
+ * below: a function-level SET makes PostgreSQL restore the variable when
+ * the function exits, so the caller's own lock_timeout is untouched.  A
+ * bare SET LOCAL would outlive the call and leak into the caller's
+ * transaction.
+ */
+CREATE FUNCTION lease._acquire_attempt_bounded(
+    p_key          text,
+    p_owner        text,
+    p_ttl          interval,
+    p_lock_wait_ms integer,
+    OUT acquired   boolean,
+    OUT epoch      bigint,
+    OUT expires_at timestamptz)
+    LANGUAGE plpgsql
+    VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '50ms'
+AS $function$
+BEGIN
+    PERFORM pg_catalog.set_config('lock_timeout',
+                                  GREATEST(p_lock_wait_ms, 1)::text || 'ms',
+                                  true);
+    BEGIN
+        SELECT a.acquired, a.epoch, a.expires_at
+          INTO acquired, epoch, expires_at
+          FROM lease._acquire_attempt(p_key, p_owner, p_ttl) AS a;
+    EXCEPTION
+        WHEN lock_not_available THEN
+            acquired := false;
+            epoch := NULL;
+            expires_at := NULL;
+    END;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._acquire_attempt_bounded(text, text, interval, integer) FROM PUBLIC;
+
+/*
+ * lease._refusal: why a renew or release did not match (§4 renew).
+ *
+ * Called only after the guarded UPDATE changed nothing.  Applies the checks
+ * in contract order, so the first failing one decides (I8):
+ *   not_owner       no row, row free, or another owner (even if lapsed)
+ *   lapsed          the caller's grant has expired
+ *   epoch_mismatch  the caller's live grant has another epoch
+ * Returns NULL when the row now matches after all: it changed between the
+ * UPDATE's snapshot and this one, and the caller should try again.
+ */
+CREATE FUNCTION lease._refusal(
+    p_key   text,
+    p_owner text,
+    p_epoch bigint,
+    p_now   timestamptz)
+    RETURNS text
+    LANGUAGE plpgsql
+    STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    v_owner      text;
+    v_epoch      bigint;
+    v_expires_at timestamptz;
+BEGIN
+    SELECT l.owner, l.epoch, l.expires_at
+      INTO v_owner, v_epoch, v_expires_at
+      FROM lease.leases AS l
+     WHERE l.key = p_key COLLATE pg_catalog."C";
+
+    IF NOT FOUND OR v_owner IS NULL
+       OR v_owner <> p_owner COLLATE pg_catalog."C" THEN
+        RETURN 'not_owner';
+    ELSIF p_now >= v_expires_at THEN
+        RETURN 'lapsed';
+    ELSIF v_epoch <> p_epoch THEN
+        RETURN 'epoch_mismatch';
+    END IF;
+    RETURN NULL;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._refusal(text, text, bigint, timestamptz) FROM PUBLIC;
+
+/*
+ * lease.acquire (§4 acquire, §5).
+ *
+ * wait = 0: one attempt, no sleep.
+ * wait > 0: attempts until one succeeds or the deadline (call start + wait)
+ * has passed, sleeping the poll interval (50 ms, less if less remains)
+ * between attempts.  Every attempt is a new statement and therefore reads a
+ * fresh READ COMMITTED snapshot: it sees a release or a lapse that
+ * committed meanwhile.  An attempt's lock waits are capped at the time left
+ * (at most one poll interval), so the call ends no later than wait + one
+ * poll interval + one attempt, also under a foreign row lock (§4).  A
+ * failed attempt leaves no row lock behind (see _acquire_attempt), so
+ * waiting never delays the holder's renew or release (§5).
+ *
+ * On timeout: SQLSTATE 57014.  statement_timeout raises the same SQLSTATE;
+ * the message tells them apart.
+ */
+CREATE FUNCTION lease.acquire(
+    p_key   text,
+    p_owner text,
+    p_ttl   interval,
+    p_wait  interval DEFAULT interval '0')
+    RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+DECLARE
+    c_poll      CONSTANT interval := interval '50 milliseconds';
+    v_deadline  timestamptz;
+    v_now       timestamptz;
+    v_lock_wait interval;
+BEGIN
+    PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
+
+    IF p_wait = interval '0' THEN
+        SELECT a.acquired, a.epoch, a.expires_at
+          INTO acquired, epoch, expires_at
+          FROM lease._acquire_attempt(p_key, p_owner, p_ttl) AS a;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    v_deadline := pg_catalog.clock_timestamp() + p_wait;
+    LOOP
+        v_lock_wait := LEAST(c_poll, v_deadline - pg_catalog.clock_timestamp());
+
+        SELECT a.acquired, a.epoch, a.expires_at
+          INTO acquired, epoch, expires_at
+          FROM lease._acquire_attempt_bounded(
+                   p_key, p_owner, p_ttl,
+                   pg_catalog.ceil(pg_catalog.date_part('epoch', v_lock_wait) * 1000)::integer) AS a;
+
+        IF acquired THEN
+            RETURN NEXT;
+            RETURN;
+        END IF;
+
+        v_now := pg_catalog.clock_timestamp();
+        EXIT WHEN v_now >= v_deadline;
+        PERFORM pg_catalog.pg_sleep(
+            pg_catalog.date_part('epoch', LEAST(c_poll, v_deadline - v_now)));
+    END LOOP;
+
+    RAISE EXCEPTION 'pg_lease: acquire timed out'
+        USING ERRCODE = 'query_canceled',
+              DETAIL = pg_catalog.format('key "%s" was still held after waiting %s',
+                                         pg_catalog.replace(p_key, '"', '""'), p_wait),
+              HINT = 'Another owner held the key, or another transaction kept its row locked, for the whole wait.';
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.acquire(text, text, interval, interval) IS
+    'acquire(key, owner, ttl, wait => 0): grant key to owner until server time + ttl; returns (acquired, epoch, expires_at); '
+    'the same owner gets its live grant back unchanged; wait > 0 polls every 50 ms and raises 57014 when it runs out';
+
+/*
+ * lease.renew (§4 renew).  The success path is a single guarded UPDATE; the
+ * row is read again only to name the refusal.  Non-ok changes nothing and
+ * reports expires_at NULL.  renew never changes the epoch (I4).
+ */
+CREATE FUNCTION lease.renew(
+    p_key   text,
+    p_owner text,
+    p_epoch bigint,
+    p_ttl   interval)
+    RETURNS TABLE (status text, expires_at timestamptz)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+DECLARE
+    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
+
+    LOOP
+        UPDATE lease.leases AS l
+           SET expires_at = v_now + p_ttl
+         WHERE l.key = p_key COLLATE pg_catalog."C"
+           AND l.owner = p_owner COLLATE pg_catalog."C"
+           AND l.epoch = p_epoch
+           AND l.expires_at > v_now
+        RETURNING l.expires_at INTO expires_at;
+
+        IF FOUND THEN
+            status := 'ok';
+            RETURN NEXT;
+            RETURN;
+        END IF;
+
+        status := lease._refusal(p_key, p_owner, p_epoch, v_now);
+        EXIT WHEN status IS NOT NULL;
+    END LOOP;
+
+    expires_at := NULL;
+    RETURN NEXT;
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.renew(text, text, bigint, interval) IS
+    'renew(key, owner, epoch, ttl): extend the caller''s live grant to server time + ttl, epoch unchanged; '
+    'status ok, or not_owner / lapsed / epoch_mismatch (checked in that order) with nothing changed';
+
+/*
+ * lease.release (§4 release).  Same shape as renew; on ok the key becomes
+ * FREE and its epoch moves past the released one, which fences it (I7).
+ */
+CREATE FUNCTION lease.release(
+    p_key   text,
+    p_owner text,
+    p_epoch bigint)
+    RETURNS TABLE (status text)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+DECLARE
+    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
+
+    LOOP
+        UPDATE lease.leases AS l
+           SET owner = NULL,
+               epoch = l.epoch + 1,
+               expires_at = NULL
+         WHERE l.key = p_key COLLATE pg_catalog."C"
+           AND l.owner = p_owner COLLATE pg_catalog."C"
+           AND l.epoch = p_epoch
+           AND l.expires_at > v_now;
+
+        IF FOUND THEN
+            status := 'ok';
+            RETURN NEXT;
+            RETURN;
+        END IF;
+
+        status := lease._refusal(p_key, p_owner, p_epoch, v_now);
+        EXIT WHEN status IS NOT NULL;
+    END LOOP;
+
+    RETURN NEXT;
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.release(text, text, bigint) IS
+    'release(key, owner, epoch): end the caller''s live grant; the key becomes free and its epoch increments; '
+    'status ok, or not_owner / lapsed / epoch_mismatch (checked in that order) with nothing changed';
+
+/*
+ * lease.inspect (§4 inspect).  Advisory: the answer may be stale as soon as
+ * it is returned.  No row for a key never granted; a free or lapsed key
+ * reports held = false, no owner, no expiry, and its epoch as the fencing
+ * watermark (anything guarded by an epoch <= it is stale).
+ */
+CREATE FUNCTION lease.inspect(p_key text)
+    RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
+    LANGUAGE plpgsql
+    STABLE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+DECLARE
+    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM lease._validate('inspect'::text, p_key, NULL::text, NULL::bigint, NULL::interval, NULL::interval);
+
+    RETURN QUERY
+        SELECT s.held,
+               CASE WHEN s.held THEN l.owner END,
+               l.epoch,
+               CASE WHEN s.held THEN l.expires_at END
+          FROM lease.leases AS l
+         CROSS JOIN LATERAL (
+               SELECT l.owner IS NOT NULL AND v_now < l.expires_at AS held
+               ) AS s
+         WHERE l.key = p_key COLLATE pg_catalog."C";
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.inspect(text) IS
+    'inspect(key): advisory view of a key: no row if never granted; (true, owner, epoch, expires_at) while held; '
+    '(false, NULL, epoch, NULL) when free or lapsed, epoch being the fencing watermark';

@@ -345,7 +345,8 @@ REVOKE ALL ON FUNCTION lease._acquire_attempt(text, text, interval) FROM PUBLIC;
  * The only waits inside an attempt are heavyweight lock waits (a row lock,
  * or an uncommitted insert of the same key), which lock_timeout bounds.
  * The timeout error (55P03) rolls back this block's subtransaction and so
- * everything the attempt did; it counts as "not acquirable yet".
+ * everything the attempt did; the attempt then reports locked = true,
+ * meaning "not acquirable yet, another transaction has the row locked".
  *
  * lock_timeout appears in the SET clause only to scope the set_config()
  * below: a function-level SET makes PostgreSQL restore the variable when
@@ -360,7 +361,8 @@ CREATE FUNCTION lease._acquire_attempt_bounded(
     p_lock_wait_ms integer,
     OUT acquired   boolean,
     OUT epoch      bigint,
-    OUT expires_at timestamptz)
+    OUT expires_at timestamptz,
+    OUT locked     boolean)
     LANGUAGE plpgsql
     VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -370,6 +372,7 @@ BEGIN
     PERFORM pg_catalog.set_config('lock_timeout',
                                   GREATEST(p_lock_wait_ms, 1)::text || 'ms',
                                   true);
+    locked := false;
     BEGIN
         SELECT a.acquired, a.epoch, a.expires_at
           INTO acquired, epoch, expires_at
@@ -379,6 +382,7 @@ BEGIN
             acquired := false;
             epoch := NULL;
             expires_at := NULL;
+            locked := true;
     END;
 END;
 $function$;
@@ -464,6 +468,7 @@ DECLARE
     v_deadline  timestamptz;
     v_now       timestamptz;
     v_lock_wait interval;
+    v_locked    boolean;
 BEGIN
     PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
 
@@ -479,8 +484,8 @@ BEGIN
     LOOP
         v_lock_wait := LEAST(c_poll, v_deadline - pg_catalog.clock_timestamp());
 
-        SELECT a.acquired, a.epoch, a.expires_at
-          INTO acquired, epoch, expires_at
+        SELECT a.acquired, a.epoch, a.expires_at, a.locked
+          INTO acquired, epoch, expires_at, v_locked
           FROM lease._acquire_attempt_bounded(
                    p_key, p_owner, p_ttl,
                    pg_catalog.ceil(pg_catalog.date_part('epoch', v_lock_wait) * 1000)::integer) AS a;
@@ -496,11 +501,21 @@ BEGIN
             pg_catalog.date_part('epoch', LEAST(c_poll, v_deadline - v_now)));
     END LOOP;
 
+    -- The last attempt says why: the key was held by another owner, or its
+    -- row was locked by a transaction that had not ended (in practice an
+    -- acquire that has not committed yet).
+    IF v_locked THEN
+        RAISE EXCEPTION 'pg_lease: acquire timed out'
+            USING ERRCODE = 'query_canceled',
+                  DETAIL = pg_catalog.format('key "%s" was still locked by another transaction after waiting %s',
+                                             pg_catalog.replace(p_key, '"', '""'), p_wait),
+                  HINT = 'A transaction that is changing this key, typically an uncommitted acquire, has not ended.';
+    END IF;
     RAISE EXCEPTION 'pg_lease: acquire timed out'
         USING ERRCODE = 'query_canceled',
               DETAIL = pg_catalog.format('key "%s" was still held after waiting %s',
                                          pg_catalog.replace(p_key, '"', '""'), p_wait),
-              HINT = 'Another owner held the key, or another transaction kept its row locked, for the whole wait.';
+              HINT = 'lease.inspect(key) shows the current holder and its expiry.';
 END;
 $function$;
 

@@ -1,0 +1,269 @@
+/**
+ * Failure model, crashes: `kill -9` of the postmaster and every backend, then crash recovery on
+ * the same data directory. What was committed stands, what was not is gone, epochs never go
+ * back, and the time the server was down never counts as time held. One durable cluster
+ * (fsync on) serves the file; the checks run one after another because each crashes it.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type pg from 'pg';
+import type { PgCluster } from '../../src/testing/index.js';
+import {
+  acquire,
+  inspect,
+  inspectAll,
+  release,
+  renew,
+  type Inspection,
+} from './support/lease-sql.js';
+import { committedWatermarks, countTakeovers, findViolations, runLoad } from './support/load.js';
+import {
+  backendPid,
+  connect,
+  disconnect,
+  rejectsSomehow,
+  sleepPastWhileDown,
+  startDurableCluster,
+  waitUntilWaiting,
+} from './support/sessions.js';
+
+describe('crash', () => {
+  let cluster: PgCluster;
+  let url: string;
+  let db: pg.Client;
+
+  before(async () => {
+    cluster = await startDurableCluster();
+    url = await cluster.createDatabase('leases');
+  });
+  after(async () => {
+    await disconnect(db);
+    await cluster?.destroy();
+  });
+
+  async function reconnect(): Promise<pg.Client> {
+    await disconnect(db);
+    // A check that failed half-way may have left the server down; the next one starts it.
+    if (!cluster.running) await cluster.start();
+    db = await connect(url);
+    return db;
+  }
+
+  async function crashAndRecover(): Promise<void> {
+    await cluster.crash();
+    await cluster.start();
+    await reconnect();
+  }
+
+  test('a crash right after a committed acquire keeps the grant, and the renew and release committed before it', async () => {
+    await reconnect();
+    const renewedGrant = await acquire(db, 'crash/renewed', 'worker-a', '60 seconds');
+    const renewed = await renew(db, 'crash/renewed', 'worker-a', renewedGrant.epoch!, '90 seconds');
+    const releasedGrant = await acquire(db, 'crash/released', 'worker-a', '60 seconds');
+    await release(db, 'crash/released', 'worker-a', releasedGrant.epoch!);
+    const grant = await acquire(db, 'crash/acquired', 'worker-a', '60 seconds');
+    assert.equal(grant.acquired, true);
+    // Nothing in between: the acquire's reply is the last thing before the kill.
+    await crashAndRecover();
+
+    assert.deepEqual(await inspect(db, 'crash/acquired'), {
+      held: true,
+      owner: 'worker-a',
+      epoch: grant.epoch,
+      expiresUs: grant.expiresUs,
+    });
+    assert.deepEqual(await inspect(db, 'crash/renewed'), {
+      held: true,
+      owner: 'worker-a',
+      epoch: renewedGrant.epoch,
+      expiresUs: renewed.expiresUs,
+    });
+    assert.deepEqual(await inspect(db, 'crash/released'), {
+      held: false,
+      owner: null,
+      epoch: releasedGrant.epoch! + 1,
+      expiresUs: null,
+    });
+    assert.equal((await acquire(db, 'crash/acquired', 'worker-b', '60 seconds')).acquired, false);
+  });
+
+  test('an acquire whose transaction had not committed at the crash is gone after recovery', async () => {
+    await reconnect();
+    const freed = await acquire(db, 'crash/uncommitted/free', 'worker-a', '60 seconds');
+    await release(db, 'crash/uncommitted/free', 'worker-a', freed.epoch!);
+    const contested = await acquire(db, 'crash/uncommitted/held', 'worker-a', '60 seconds');
+    const keys = ['crash/uncommitted/free', 'crash/uncommitted/never', 'crash/uncommitted/held'];
+    const before = await inspectAll(db, keys);
+
+    // An open transaction that acquired two keys, and a blocking acquire in mid-wait.
+    const open = await connect(url);
+    const waiter = await connect(url);
+    try {
+      await open.query('BEGIN');
+      const inFlight = await acquire(open, 'crash/uncommitted/free', 'worker-b', '60 seconds');
+      assert.equal(inFlight.epoch, freed.epoch! + 2);
+      assert.equal(
+        (await acquire(open, 'crash/uncommitted/never', 'worker-b', '60 seconds')).epoch,
+        1,
+      );
+      const waiterPid = await backendPid(waiter);
+      const waiting = acquire(
+        waiter,
+        'crash/uncommitted/held',
+        'worker-b',
+        '60 seconds',
+        '30 seconds',
+      );
+      waiting.catch(() => undefined);
+      await waitUntilWaiting(db, waiterPid);
+
+      await crashAndRecover();
+      await rejectsSomehow(waiting);
+    } finally {
+      await disconnect(open, waiter);
+    }
+
+    assert.deepEqual(await inspectAll(db, keys), before);
+    assert.equal(contested.acquired, true);
+    // "Never happened" includes its epoch: the next grant is the next epoch after the
+    // committed state, so an epoch seen only inside an uncommitted transaction is reused.
+    const next = await acquire(db, 'crash/uncommitted/free', 'worker-c', '60 seconds');
+    assert.equal(next.epoch, freed.epoch! + 2);
+  });
+
+  test('under load, crash recovery keeps every epoch a client saw committed and never grants a key to two owners at once', async (t) => {
+    await reconnect();
+    const keys = Array.from({ length: 10 }, (_, n) => `crash/load/${n}`);
+    const ttlMs = 300;
+
+    const beforeCrash = new AbortController();
+    const loaded = runLoad({
+      url,
+      keys,
+      clients: 8,
+      ownerPrefix: 'before',
+      ttlMs,
+      signal: beforeCrash.signal,
+    });
+    await sleep(1_500 + Math.random() * 500);
+    await cluster.crash();
+    const phase1 = await loaded;
+    beforeCrash.abort();
+    assert.equal(phase1.errors.length, 8, 'every client should have lost its connection');
+    await cluster.start();
+    await reconnect();
+
+    const watermarks = committedWatermarks(phase1.grants);
+    const recovered = new Map<string, Inspection | undefined>();
+    for (const key of keys) {
+      const state = await inspect(db, key);
+      recovered.set(key, state);
+      const floor = watermarks.get(key) ?? 0;
+      assert.ok(
+        (state?.epoch ?? 0) >= floor,
+        `${key}: epoch ${state?.epoch} after recovery, a client saw ${floor} committed`,
+      );
+    }
+
+    const afterCrash = new AbortController();
+    const resumed = runLoad({
+      url,
+      keys,
+      clients: 8,
+      ownerPrefix: 'after',
+      ttlMs,
+      signal: afterCrash.signal,
+    });
+    await sleep(1_000);
+    afterCrash.abort();
+    const phase2 = await resumed;
+    assert.deepEqual(phase2.errors, []);
+
+    for (const grant of phase2.grants) {
+      assert.ok(
+        grant.epoch > (recovered.get(grant.key)?.epoch ?? 0),
+        `${grant.key}: epoch ${grant.epoch} granted after recovery is not above the recovered one`,
+      );
+    }
+    const grants = [...phase1.grants, ...phase2.grants];
+    assert.deepEqual(findViolations(grants), []);
+
+    // The workload must have exercised what is judged: releases, and takeovers after lapse.
+    const takeovers = countTakeovers(grants);
+    t.diagnostic(
+      `${phase1.calls} calls and ${phase1.grants.length} grants before the crash, ` +
+        `${phase2.calls} calls and ${phase2.grants.length} grants after; ` +
+        `${grants.filter((g) => g.released).length} released, ${takeovers} taken over after lapse, ` +
+        `${grants.filter((g) => g.uncertain).length} in flight at the crash`,
+    );
+    assert.ok(phase1.grants.length >= 20, `only ${phase1.grants.length} grants before the crash`);
+    assert.ok(phase2.grants.length >= 10, `only ${phase2.grants.length} grants after recovery`);
+    assert.ok(takeovers >= 5, `only ${takeovers} takeovers after lapse`);
+  });
+
+  test('epochs never regress across repeated crash and restart cycles', async () => {
+    await reconnect();
+    const keys = {
+      released: 'crash/cycles/released',
+      lapsed: 'crash/cycles/lapsed',
+      heldAcross: 'crash/cycles/held-across',
+      untouched: 'crash/cycles/untouched',
+    };
+    await acquire(db, keys.untouched, 'worker-0', '1 microsecond');
+    let heldAcross = {
+      owner: 'worker-0',
+      epoch: (await acquire(db, keys.heldAcross, 'worker-0', '60 seconds')).epoch!,
+    };
+    let previous = new Map<string, number>();
+
+    const downtimes = ['crash', 'crash', 'immediate', 'fast', 'crash'] as const;
+    for (const [cycle, downtime] of downtimes.entries()) {
+      const owner = `worker-${cycle + 1}`;
+      if (cycle % 2 === 1) await db.query('CHECKPOINT');
+      const grant = await acquire(db, keys.released, owner, '60 seconds');
+      await release(db, keys.released, owner, grant.epoch!);
+      await acquire(db, keys.lapsed, owner, '1 microsecond');
+      // The grant held across the last downtime is released now, and a new one taken.
+      await release(db, keys.heldAcross, heldAcross.owner, heldAcross.epoch);
+      heldAcross = {
+        owner,
+        epoch: (await acquire(db, keys.heldAcross, owner, '60 seconds')).epoch!,
+      };
+
+      const expected = new Map<string, Inspection | undefined>();
+      for (const key of Object.values(keys)) expected.set(key, await inspect(db, key));
+
+      if (downtime === 'crash') await cluster.crash();
+      else await cluster.stop(downtime);
+      await cluster.start();
+      await reconnect();
+
+      for (const [key, state] of expected) {
+        const recovered = await inspect(db, key);
+        assert.deepEqual(recovered, state, `${key} after ${downtime} in cycle ${cycle}`);
+        assert.ok(recovered!.epoch >= (previous.get(key) ?? 0), `${key} regressed`);
+      }
+      previous = new Map([...expected].map(([key, state]) => [key, state!.epoch]));
+    }
+    assert.equal(previous.get(keys.released), 2 * downtimes.length);
+    assert.equal(previous.get(keys.lapsed), downtimes.length);
+    assert.equal(previous.get(keys.heldAcross), 2 * downtimes.length + 1);
+    assert.equal(previous.get(keys.untouched), 1);
+  });
+
+  test('a lease that expired while the server was down is acquirable on the first call after recovery, with a greater epoch', async () => {
+    await reconnect();
+    const key = 'crash/expired-while-down';
+    const grant = await acquire(db, key, 'worker-a', '1 second');
+    await cluster.crash();
+    await sleepPastWhileDown(grant.expiresUs!);
+    await cluster.start();
+    await reconnect();
+
+    const takeover = await acquire(db, key, 'worker-b', '60 seconds');
+    assert.equal(takeover.acquired, true, 'downtime extended the old lease');
+    assert.equal(takeover.epoch, grant.epoch! + 1);
+    assert.ok(takeover.grantedUs! >= grant.expiresUs!);
+  });
+});

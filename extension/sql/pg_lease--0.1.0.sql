@@ -208,6 +208,35 @@ $function$;
 REVOKE ALL ON FUNCTION lease._validate(text, text, text, bigint, interval, interval) FROM PUBLIC;
 
 /*
+ * lease._require_read_write: acquire, renew and release refuse to run in a
+ * read-only transaction, which includes every transaction on a hot standby.
+ *
+ * renew and release would fail there anyway, at their UPDATE.  acquire
+ * would not always: a denied or same-owner acquire writes nothing, so on a
+ * lagging standby it could confirm a grant that the primary has already
+ * released and handed on.  Failing closed keeps one answer everywhere: the
+ * writing API runs on the primary only.  inspect stays available, being
+ * advisory.
+ */
+CREATE FUNCTION lease._require_read_write(p_function text)
+    RETURNS void
+    LANGUAGE plpgsql
+    STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    IF pg_catalog.current_setting('transaction_read_only') = 'on' THEN
+        RAISE EXCEPTION 'pg_lease: % needs a read-write transaction', p_function
+            USING ERRCODE = 'read_only_sql_transaction',
+                  DETAIL = 'transaction_read_only is on: a READ ONLY transaction, or a hot standby.',
+                  HINT = 'Call it on the primary, outside READ ONLY transactions.';
+    END IF;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._require_read_write(text) FROM PUBLIC;
+
+/*
  * lease._acquire_attempt: one acquire attempt (§4 acquire table, §5).
  *
  * The contract's trap (§5): INSERT ... ON CONFLICT DO UPDATE ... WHERE locks
@@ -471,6 +500,7 @@ DECLARE
     v_locked    boolean;
 BEGIN
     PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
+    PERFORM lease._require_read_write('acquire'::text);
 
     IF p_wait = interval '0' THEN
         SELECT a.acquired, a.epoch, a.expires_at
@@ -544,6 +574,7 @@ DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
     PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
+    PERFORM lease._require_read_write('renew'::text);
 
     LOOP
         UPDATE lease.leases AS l
@@ -592,6 +623,7 @@ DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
     PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
+    PERFORM lease._require_read_write('release'::text);
 
     LOOP
         UPDATE lease.leases AS l

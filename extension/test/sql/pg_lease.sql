@@ -253,6 +253,22 @@ SELECT acquired, epoch FROM lease.acquire('job-10', 'Worker-A', interval '1 hour
 SELECT acquired FROM lease.acquire('Job-10', 'worker-a', interval '1 hour');
 SELECT acquired FROM lease.acquire('Job-10 ', 'Worker-A', interval '1 hour');
 
+--
+-- acquire, renew and release need a read-write transaction, as on a hot
+-- standby; even the holder's re-acquire, which writes nothing, is refused
+-- rather than answered from possibly stale state.  inspect still answers.
+--
+\set SHOW_CONTEXT never
+SET default_transaction_read_only = on;
+SELECT * FROM lease.acquire('job-1', 'worker-b', interval '1 hour');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM lease.acquire('job-1', 'worker-c', interval '1 hour');
+SELECT * FROM lease.renew('job-1', 'worker-b', 3, interval '1 hour');
+SELECT * FROM lease.release('job-1', 'worker-b', 3);
+SELECT held, owner, epoch FROM lease.inspect('job-1');
+RESET default_transaction_read_only;
+\set SHOW_CONTEXT errors
+
 SELECT * FROM stored;
 
 DROP VIEW stored, fingerprint;

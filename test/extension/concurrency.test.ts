@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import type { TestDatabase } from '../support/database.js';
+import { createQuietTestDatabase } from '../support/quiet-database.js';
 import {
   acquire,
   acquireCall,
@@ -26,7 +27,7 @@ import { Isolation, type Session, type Step } from '../support/sessions.js';
 
 let db: TestDatabase;
 before(async () => {
-  db = await createTestDatabase();
+  db = await createQuietTestDatabase();
 });
 after(() => db.close());
 

@@ -4,7 +4,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import type { TestDatabase } from '../support/database.js';
+import { createQuietTestDatabase } from '../support/quiet-database.js';
 import {
   acquire,
   inspect,
@@ -21,7 +22,7 @@ const SECOND = 1_000_000n;
 
 let db: TestDatabase;
 before(async () => {
-  db = await createTestDatabase();
+  db = await createQuietTestDatabase();
 });
 after(() => db.close());
 

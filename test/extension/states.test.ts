@@ -5,7 +5,8 @@
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import type { TestDatabase } from '../support/database.js';
+import { createQuietTestDatabase } from '../support/quiet-database.js';
 import {
   acquire,
   inspect,
@@ -24,7 +25,7 @@ const SECOND = 1_000_000n;
 
 let db: TestDatabase;
 before(async () => {
-  db = await createTestDatabase();
+  db = await createQuietTestDatabase();
 });
 after(() => db.close());
 

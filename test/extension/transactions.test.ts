@@ -5,7 +5,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import type { TestDatabase } from '../support/database.js';
+import { createQuietTestDatabase } from '../support/quiet-database.js';
 import {
   acquire,
   allRows,
@@ -20,7 +21,7 @@ import {
 
 let db: TestDatabase;
 before(async () => {
-  db = await createTestDatabase();
+  db = await createQuietTestDatabase();
 });
 after(() => db.close());
 

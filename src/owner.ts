@@ -1,0 +1,20 @@
+/**
+ * Default owner identities: readable enough to tell in `lease.inspect` who holds a key, unique
+ * enough that two holders never share one by accident (a shared owner would make a second
+ * acquire an idempotent re-acquire of the first holder's grant).
+ */
+import { randomBytes } from 'node:crypto';
+import * as os from 'node:os';
+
+/**
+ * A fresh owner identity `host:pid:suffix`, with a random suffix so that every call gives a
+ * different owner, also within one process.
+ *
+ * @example
+ * import { defaultOwner } from 'pg-lease';
+ * defaultOwner(); // 'build-7:41213:5f0c9a1e'
+ */
+export function defaultOwner(): string {
+  // Host names are at most 255 bytes, so the identity stays far below the 1000-byte limit.
+  return `${os.hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+}

@@ -1,0 +1,452 @@
+/**
+ * The client: pg_lease's four SQL functions over node-postgres. It validates input and keeps
+ * time for handles; every decision about a lease is the server's.
+ */
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+import type { Duration } from './duration.js';
+import { LeaseError, LeaseNotAcquiredError, translateError } from './errors.js';
+import type { KeepAliveOptions } from './keeper.js';
+import { Lease, type LeaseCalls, type LeaseStatus, type RenewCall } from './lease.js';
+import { defaultOwner } from './owner.js';
+import { validateInput } from './validation.js';
+
+/**
+ * Where the client sends its calls: a `pg.Pool` (recommended), a dedicated `pg.Client`, or a
+ * connection string (the client then makes and owns a pool).
+ *
+ * @example
+ * import pg from 'pg';
+ * import type { LeaseDatabase } from 'pg-lease';
+ * const database: LeaseDatabase = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+ */
+export type LeaseDatabase = pg.Pool | pg.ClientBase | string;
+
+/**
+ * Options of {@link LeaseClient}.
+ *
+ * @example
+ * import { LeaseClient } from 'pg-lease';
+ * const client = new LeaseClient(pool, { owner: `billing-worker-${process.env.POD_NAME}` });
+ */
+export interface LeaseClientOptions {
+  /**
+   * Owner identity for every acquire that names none. Default: a fresh {@link defaultOwner}
+   * per acquire, so that two acquires never share a grant. Set it only for identities that are
+   * unique per holder: an acquire by an owner that already holds the key returns that same
+   * grant (same epoch) instead of waiting for it.
+   */
+  owner?: string;
+}
+
+/**
+ * Options of {@link LeaseClient.acquire}.
+ *
+ * @example
+ * import type { AcquireOptions } from 'pg-lease';
+ * const options: AcquireOptions = { ttl: '30s', wait: '10s', keepAlive: true };
+ */
+export interface AcquireOptions {
+  /** How long the grant lasts unless renewed: milliseconds or interval text (`'30s'`). */
+  ttl: Duration;
+  /**
+   * How long to wait for a key held by another owner. Default 0: answer at once (`null` when
+   * held). When the wait runs out, acquire rejects with {@link LeaseTimeoutError}. A waiting
+   * acquire holds one pool connection (and its transaction) for the whole wait.
+   */
+  wait?: Duration;
+  /** Owner identity. Default: the client's `owner` option, else a fresh {@link defaultOwner}. */
+  owner?: string;
+  /** Renew automatically until released or lost; `true` renews every ttl / 3. Default: off. */
+  keepAlive?: boolean | KeepAliveOptions;
+}
+
+/**
+ * What `inspect` reports about a key that was ever granted. `epoch` is the key's fencing
+ * watermark when it is not held: an action guarded by an epoch at or below it is stale.
+ *
+ * @example
+ * import type { LeaseState } from 'pg-lease';
+ * const describe = (s: LeaseState) => (s.held ? `held by ${s.owner}` : `free after epoch ${s.epoch}`);
+ */
+export interface LeaseState {
+  held: boolean;
+  /** The holder; `null` unless held. */
+  owner: string | null;
+  epoch: bigint;
+  /** Server time the grant ends; `null` unless held. */
+  expiresAt: Date | null;
+}
+
+/**
+ * The answer of {@link LeaseClient.renew}.
+ *
+ * @example
+ * import type { RenewResult } from 'pg-lease';
+ * const ok = (r: RenewResult) => r.status === 'ok' && r.expiresAt !== null;
+ */
+export interface RenewResult {
+  status: LeaseStatus;
+  /** The new expiry (server time) when `ok`, else `null`. */
+  expiresAt: Date | null;
+}
+
+/**
+ * Leases over node-postgres.
+ *
+ * Every call runs as its own statement outside any transaction: from a pool each call takes an
+ * idle connection; a dedicated `pg.Client` is refused (code `in_transaction`) while a
+ * transaction block is open on it, because an acquire inside a transaction would be undone by
+ * its rollback and would keep the key's row locked until its end. To make an acquire part of
+ * your own transaction, call `lease.acquire(...)` in SQL yourself.
+ *
+ * @example
+ * import pg from 'pg';
+ * import { LeaseClient } from 'pg-lease';
+ *
+ * const client = new LeaseClient(new pg.Pool({ connectionString: process.env.DATABASE_URL }));
+ * await client.withLease('nightly-report', { ttl: '30s' }, async (lease, signal) => {
+ *   await buildReport({ epoch: lease.epoch, signal });
+ * });
+ */
+export class LeaseClient implements AsyncDisposable {
+  readonly #db: pg.Pool | pg.ClientBase;
+  readonly #ownsPool: boolean;
+  readonly #owner: string | undefined;
+  readonly #calls: LeaseCalls = {
+    renew: (key, owner, epoch, ttl) => this.#renew(key, owner, epoch, ttl),
+    release: (key, owner, epoch) => this.#release(key, owner, epoch),
+  };
+
+  /**
+   * @param database a `pg.Pool`, a dedicated `pg.Client` (connected, with an `error` listener:
+   *   the client does not manage it), or a connection string.
+   */
+  constructor(database: LeaseDatabase, options: LeaseClientOptions = {}) {
+    if (typeof database === 'string') {
+      const pool = new pg.Pool({ connectionString: database });
+      // An idle connection that breaks (server restart) is dropped; the next call reconnects.
+      pool.on('error', () => undefined);
+      this.#db = pool;
+      this.#ownsPool = true;
+    } else {
+      this.#db = database;
+      this.#ownsPool = false;
+    }
+    this.#owner = options.owner;
+  }
+
+  /**
+   * Acquires `key`: resolves with a {@link Lease}, or with `null` when another owner holds it
+   * (`wait` 0, the default). With `wait` > 0 it waits for the key and rejects with
+   * {@link LeaseTimeoutError} when the wait runs out. Invalid input rejects with
+   * {@link LeaseInvalidInputError} before anything is sent.
+   *
+   * @example
+   * const lease = await client.acquire('job-42', { ttl: '30s', wait: '5s', keepAlive: true });
+   * try {
+   *   await run(lease!.epoch, lease!.signal);
+   * } finally {
+   *   await lease!.release();
+   * }
+   */
+  async acquire(key: string, options: AcquireOptions): Promise<Lease | null> {
+    const owner = options.owner ?? this.#owner ?? defaultOwner();
+    const input = validateInput('acquire', {
+      key,
+      owner,
+      ttl: options.ttl,
+      wait: options.wait ?? 0,
+    });
+    const sentAt = performance.now();
+    const rows = await this.#query<{
+      acquired: boolean;
+      epoch: string | null;
+      expires_at: Date | null;
+      remaining_us: number | null;
+    }>(
+      key,
+      `SELECT a.acquired, a.epoch::text AS epoch, a.expires_at, ${REMAINING_US('a')}
+         FROM lease.acquire($1, $2, ${MICROSECONDS('$3')}, ${MICROSECONDS('$4')}) AS a`,
+      [key, owner, input.ttlMicroseconds, input.waitMicroseconds],
+    );
+    const row = rows[0]!;
+    if (!row.acquired) return null;
+
+    const epoch = BigInt(row.epoch!);
+    let deadline = sentAt + row.remaining_us! / 1000;
+    // A wait (or a lock wait) between sending and the grant shortens that deadline by as much;
+    // after a long one, measure again from a fresh send.
+    if (performance.now() - sentAt > input.ttlMicroseconds / 1000 / 10)
+      deadline = Math.max(deadline, await this.#measureDeadline(key, owner, epoch));
+
+    const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
+    return new Lease(
+      this.#calls,
+      {
+        key,
+        owner,
+        epoch,
+        expiresAt: row.expires_at!,
+        ttlMicroseconds: input.ttlMicroseconds,
+        deadline,
+      },
+      keepAlive,
+    );
+  }
+
+  /**
+   * Runs `fn` while holding `key`: acquires (rejecting with {@link LeaseNotAcquiredError} when
+   * another owner holds it and `wait` is 0), keeps the lease alive, and releases it when `fn`
+   * settles. `signal` aborts when the lease is lost: stop acting then. Resolves with `fn`'s
+   * result; rejects with `fn`'s error, or with the {@link LeaseLostError} when `fn` resolved
+   * after the lease was lost.
+   *
+   * @example
+   * const total = await client.withLease('ledger', { ttl: '10s', wait: '30s' }, async (lease, signal) => {
+   *   const rows = await fetchBatch({ signal });
+   *   await writeFenced(rows, lease.epoch);
+   *   return rows.length;
+   * });
+   */
+  async withLease<T>(
+    key: string,
+    options: AcquireOptions,
+    fn: (lease: Lease, signal: AbortSignal) => Promise<T> | T,
+  ): Promise<T> {
+    const lease = await this.acquire(key, { ...options, keepAlive: options.keepAlive || true });
+    if (!lease) throw new LeaseNotAcquiredError(key);
+    let result: T;
+    try {
+      result = await fn(lease, lease.signal);
+    } catch (error) {
+      // fn's error is the one to report; the lease lapses on its own if this release fails.
+      await lease.release().catch(() => undefined);
+      throw error;
+    }
+    const lost = lease.lost;
+    await lease.release();
+    if (lost) throw lost;
+    return result;
+  }
+
+  /**
+   * Reports a key's state: `null` for a key never granted, else `{ held, owner, epoch,
+   * expiresAt }` (a free or lapsed key reports `held: false`, no owner and its epoch watermark).
+   * Advisory: the answer may be stale as soon as it arrives.
+   *
+   * @example
+   * const state = await client.inspect('job-42');
+   * if (state?.held) console.log(`${state.owner} holds epoch ${state.epoch}`);
+   */
+  async inspect(key: string): Promise<LeaseState | null> {
+    validateInput('inspect', { key });
+    const rows = await this.#query<{
+      held: boolean;
+      owner: string | null;
+      epoch: string;
+      expires_at: Date | null;
+    }>(
+      key,
+      'SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at FROM lease.inspect($1) AS i',
+      [key],
+    );
+    const row = rows[0];
+    if (!row) return null;
+    return {
+      held: row.held,
+      owner: row.owner,
+      epoch: BigInt(row.epoch),
+      expiresAt: row.expires_at,
+    };
+  }
+
+  /**
+   * Renews a grant named by key, owner and epoch, without a handle (for tools such as the CLI;
+   * a {@link Lease} renews itself). Resolves with the server's status; never throws for a
+   * status.
+   *
+   * @example
+   * const { status, expiresAt } = await client.renew('job-42', {
+   *   owner: 'worker-a1',
+   *   epoch: 7n,
+   *   ttl: '30s',
+   * });
+   */
+  async renew(
+    key: string,
+    options: { owner: string; epoch: bigint; ttl: Duration },
+  ): Promise<RenewResult> {
+    const input = validateInput('renew', { key, ...options });
+    const { status, expiresAt } = await this.#renew(
+      key,
+      options.owner,
+      input.epoch,
+      input.ttlMicroseconds,
+    );
+    return { status, expiresAt };
+  }
+
+  /**
+   * Releases a grant named by key, owner and epoch, without a handle (for tools such as the
+   * CLI; a {@link Lease} has `release()`). Resolves with the server's status.
+   *
+   * @example
+   * const status = await client.release('job-42', { owner: 'worker-a1', epoch: 7n }); // 'ok'
+   */
+  async release(key: string, options: { owner: string; epoch: bigint }): Promise<LeaseStatus> {
+    const input = validateInput('release', { key, ...options });
+    return this.#release(key, options.owner, input.epoch);
+  }
+
+  /**
+   * Closes the pool the client made from a connection string; a pool or client passed in is
+   * left to its owner. Handles still alive stop being renewed and are lost at their deadline.
+   *
+   * @example
+   * const client = new LeaseClient(process.env.DATABASE_URL!);
+   * try {
+   *   await client.withLease('job', { ttl: '30s' }, run);
+   * } finally {
+   *   await client.end();
+   * }
+   */
+  async end(): Promise<void> {
+    if (this.#ownsPool) await (this.#db as pg.Pool).end();
+  }
+
+  /** {@link end}, for `await using client = new LeaseClient(url)`. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.end();
+  }
+
+  async #renew(
+    key: string,
+    owner: string,
+    epoch: bigint,
+    ttlMicroseconds: number,
+  ): Promise<RenewCall> {
+    const sentAt = performance.now();
+    const rows = await this.#query<{
+      status: LeaseStatus;
+      expires_at: Date | null;
+      remaining_us: number | null;
+    }>(
+      key,
+      `SELECT r.status, r.expires_at, ${REMAINING_US('r')}
+         FROM lease.renew($1, $2, $3::bigint, ${MICROSECONDS('$4')}) AS r`,
+      [key, owner, epoch.toString(), ttlMicroseconds],
+    );
+    const row = rows[0]!;
+    return {
+      status: row.status,
+      expiresAt: row.expires_at,
+      sentAt,
+      remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
+    };
+  }
+
+  async #release(key: string, owner: string, epoch: bigint): Promise<LeaseStatus> {
+    const rows = await this.#query<{ status: LeaseStatus }>(
+      key,
+      'SELECT r.status FROM lease.release($1, $2, $3::bigint) AS r',
+      [key, owner, epoch.toString()],
+    );
+    return rows[0]!.status;
+  }
+
+  /**
+   * A deadline measured from a fresh send: the grant's time left per the server, if `owner`
+   * still holds `epoch`. Best effort; -Infinity when it cannot tell.
+   */
+  async #measureDeadline(key: string, owner: string, epoch: bigint): Promise<number> {
+    const sentAt = performance.now();
+    try {
+      const rows = await this.#query<{
+        owner: string | null;
+        epoch: string;
+        remaining_us: number | null;
+      }>(
+        key,
+        `SELECT i.owner, i.epoch::text AS epoch, ${REMAINING_US('i')}
+           FROM lease.inspect($1) AS i WHERE i.held`,
+        [key],
+      );
+      const row = rows[0];
+      if (row && row.owner === owner && BigInt(row.epoch) === epoch)
+        return sentAt + row.remaining_us! / 1000;
+    } catch {
+      // keep the deadline measured from the acquire
+    }
+    return -Infinity;
+  }
+
+  /** Runs one statement outside any transaction block; see the class comment. */
+  async #query<R extends pg.QueryResultRow>(
+    key: string,
+    text: string,
+    values: unknown[],
+  ): Promise<R[]> {
+    const db = this.#db;
+    if (!isPool(db)) return runOutsideTransaction<R>(db, key, text, values);
+    const connection = await db.connect();
+    let broken: Error | undefined;
+    try {
+      return await runOutsideTransaction<R>(connection, key, text, values);
+    } catch (error) {
+      if (isConnectionFailure(error)) broken = error as Error;
+      throw error;
+    } finally {
+      connection.release(broken);
+    }
+  }
+}
+
+async function runOutsideTransaction<R extends pg.QueryResultRow>(
+  connection: pg.ClientBase,
+  key: string,
+  text: string,
+  values: unknown[],
+): Promise<R[]> {
+  const status = connection.getTransactionStatus();
+  if (status === 'T' || status === 'E')
+    throw new LeaseError(
+      'in_transaction',
+      'pg_lease: the connection is inside a transaction block; lease calls run outside ' +
+        'transactions (use a pool, or call lease.* in SQL to make it part of yours)',
+    );
+  try {
+    return (await connection.query<R>(text, values)).rows;
+  } catch (error) {
+    throw translateError(error, key);
+  }
+}
+
+/** `$n` microseconds as an interval, exactly (float8 holds every whole number up to 2^53). */
+function MICROSECONDS(parameter: string): string {
+  return `(${parameter}::float8 * interval '1 microsecond')`;
+}
+
+/**
+ * Time left on a grant in microseconds, measured by the server while it answers: any
+ * clock_timestamp() of the statement is later than the client's send, which is all the
+ * deadline needs.
+ */
+function REMAINING_US(alias: string): string {
+  return `pg_catalog.date_part('epoch', ${alias}.expires_at - pg_catalog.clock_timestamp()) * 1000000 AS remaining_us`;
+}
+
+function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {
+  return 'totalCount' in db && typeof (db as pg.Pool).connect === 'function';
+}
+
+/**
+ * Errors after which a pooled connection must not be reused: anything but an error the server
+ * reported for the statement (or the client's own refusal, which sent nothing).
+ */
+function isConnectionFailure(error: unknown): boolean {
+  if (error instanceof LeaseError) return false;
+  const code = (error as { code?: unknown }).code;
+  if (!(error instanceof pg.DatabaseError) || typeof code !== 'string') return true;
+  return code.startsWith('08') || code.startsWith('57P');
+}

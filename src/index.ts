@@ -1,0 +1,37 @@
+/**
+ * pg-lease: time-bounded, fenced leases stored in PostgreSQL (the pg_lease extension), for
+ * node-postgres.
+ *
+ * @example
+ * import pg from 'pg';
+ * import { LeaseClient } from 'pg-lease';
+ *
+ * const client = new LeaseClient(new pg.Pool({ connectionString: process.env.DATABASE_URL }));
+ * await client.withLease('job-42', { ttl: '30s' }, async (lease, signal) => {
+ *   await work({ epoch: lease.epoch, signal });
+ * });
+ */
+export {
+  LeaseClient,
+  type AcquireOptions,
+  type LeaseClientOptions,
+  type LeaseDatabase,
+  type LeaseState,
+  type RenewResult,
+} from './client.js';
+export { Lease, type LeaseStatus } from './lease.js';
+export { type KeepAliveOptions } from './keeper.js';
+export {
+  ACQUIRE_TIMEOUT_MESSAGE,
+  INVALID_INPUT_MESSAGE,
+  LeaseError,
+  LeaseInvalidInputError,
+  LeaseLostError,
+  LeaseNotAcquiredError,
+  LeaseTimeoutError,
+  SQLSTATE,
+  type LeaseErrorCode,
+  type LostStatus,
+} from './errors.js';
+export { formatDuration, parseInterval, type Duration } from './duration.js';
+export { defaultOwner } from './owner.js';

@@ -1,0 +1,100 @@
+/**
+ * Auto-renew ("keep alive") for a lease handle.
+ *
+ * The keeper only schedules: it calls the handle's renew on a period derived from the ttl, and
+ * again sooner after a failure. Deciding that the lease is lost is not its job: the handle does
+ * that, on a non-ok status or when its own deadline passes, so a keeper that is slow, starved or
+ * stuck behind a blocked renew can delay renewals but never stretch the lease.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { durationFields, toMicroseconds, type Duration } from './duration.js';
+import { LeaseError } from './errors.js';
+
+/**
+ * How a lease is kept alive.
+ *
+ * @example
+ * import { LeaseClient } from 'pg-lease';
+ * const lease = await new LeaseClient(pool).acquire('job-42', {
+ *   ttl: '30s',
+ *   keepAlive: { interval: '5s' }, // renew every 5 s instead of every ttl / 3
+ * });
+ */
+export interface KeepAliveOptions {
+  /**
+   * Time between renewals. Default: a third of the ttl, which leaves two more attempts before
+   * the lease would lapse. Must be shorter than the ttl to be of any use.
+   */
+  interval?: Duration;
+}
+
+/** Longest delay Node's timers accept (about 24.8 days); longer waits are chained. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** @internal */
+export class Keeper {
+  readonly #renew: () => Promise<unknown>;
+  readonly #ttlMs: () => number;
+  readonly #intervalMs: number | undefined;
+  readonly #stop = new AbortController();
+
+  /**
+   * @param renew renews once; rejects with a {@link LeaseError} when the lease is gone (the
+   *   keeper then stops) and with anything else on a failure worth retrying.
+   * @param ttlMs the ttl currently in force, read before every wait.
+   */
+  constructor(renew: () => Promise<unknown>, ttlMs: () => number, options: KeepAliveOptions) {
+    this.#renew = renew;
+    this.#ttlMs = ttlMs;
+    if (options.interval !== undefined) {
+      const fields = durationFields(options.interval);
+      const micros = fields && toMicroseconds(fields);
+      if (!micros || micros <= 0)
+        throw new RangeError('pg_lease: keepAlive.interval must be a positive finite duration');
+      this.#intervalMs = micros / 1000;
+    }
+  }
+
+  start(): void {
+    void this.#run();
+  }
+
+  stop(): void {
+    this.#stop.abort();
+  }
+
+  async #run(): Promise<void> {
+    let delay = this.#period();
+    while (!this.#stop.signal.aborted) {
+      if (!(await this.#wait(delay))) return;
+      try {
+        await this.#renew();
+        delay = this.#period();
+      } catch (error) {
+        if (error instanceof LeaseError) return;
+        // A transient failure (connection refused, server restarting, ...): try again soon, for
+        // as long as the handle's deadline allows; the handle gives up, not the keeper.
+        delay = Math.min(1_000, Math.max(10, this.#ttlMs() / 10));
+      }
+    }
+  }
+
+  #period(): number {
+    return this.#intervalMs ?? this.#ttlMs() / 3;
+  }
+
+  /** Waits, chaining timers past Node's limit; false once stopped. Never keeps the process alive. */
+  async #wait(ms: number): Promise<boolean> {
+    let left = ms;
+    while (left > 0) {
+      const step = Math.min(left, MAX_TIMER_MS);
+      try {
+        await sleep(step, undefined, { signal: this.#stop.signal, ref: false });
+      } catch {
+        return false;
+      }
+      left -= step;
+    }
+    return !this.#stop.signal.aborted;
+  }
+}

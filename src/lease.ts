@@ -1,0 +1,247 @@
+/**
+ * The lease handle: one grant of one key to one owner, with the client's view of how long it
+ * may still act on it.
+ *
+ * The client never trusts its clock for absolute time. It keeps a deadline on the monotonic
+ * clock instead: the moment the last successful acquire or renew was *sent*, plus the time the
+ * server said was left on the grant (`expires_at - clock_timestamp()`, measured on the server
+ * while it answered). The server granted or renewed no earlier than the send, so the deadline
+ * falls no later than the server's expiry. When it passes without a newer confirmation, the
+ * handle treats the lease as lost, whatever the server may still list.
+ */
+import { performance } from 'node:perf_hooks';
+import type { Duration } from './duration.js';
+import { LeaseError, LeaseLostError, type LostStatus } from './errors.js';
+import { Keeper, MAX_TIMER_MS, type KeepAliveOptions } from './keeper.js';
+import { validateInput } from './validation.js';
+
+/**
+ * The answer of `lease.renew` and `lease.release`: `ok`, or why not, checked in this order:
+ * `not_owner` (no grant, a free key, or another owner), `lapsed` (the caller's grant expired),
+ * `epoch_mismatch` (the caller holds the key under another epoch).
+ *
+ * @example
+ * import type { LeaseStatus } from 'pg-lease';
+ * const stillMine = (status: LeaseStatus) => status === 'ok';
+ */
+export type LeaseStatus = 'ok' | LostStatusFromServer;
+
+type LostStatusFromServer = Exclude<LostStatus, 'expired'>;
+
+/** One renew as sent and answered; what the handle needs to move its deadline. */
+export interface RenewCall {
+  status: LeaseStatus;
+  expiresAt: Date | null;
+  /** Monotonic time (performance.now()) just before the call was sent. */
+  sentAt: number;
+  /** Time left on the grant as the server measured it while answering, in milliseconds. */
+  remainingMs: number | null;
+}
+
+/** The server calls a handle makes; provided by the client. @internal */
+export interface LeaseCalls {
+  renew(key: string, owner: string, epoch: bigint, ttlMicroseconds: number): Promise<RenewCall>;
+  release(key: string, owner: string, epoch: bigint): Promise<LeaseStatus>;
+}
+
+/** A confirmed grant, as acquire reports it. @internal */
+export interface Grant {
+  key: string;
+  owner: string;
+  epoch: bigint;
+  expiresAt: Date;
+  ttlMicroseconds: number;
+  /** Monotonic deadline: see the module comment. */
+  deadline: number;
+}
+
+/**
+ * A held lease. Act on the resource only while `signal` is not aborted, and pass `epoch` to
+ * every fenced write so that a resource can reject a stale holder.
+ *
+ * Handles come from {@link LeaseClient.acquire} and {@link LeaseClient.withLease}.
+ *
+ * @example
+ * import { LeaseClient } from 'pg-lease';
+ * const client = new LeaseClient(process.env.DATABASE_URL!);
+ * await using lease = await client.acquire('job-42', { ttl: '30s', keepAlive: true });
+ * if (lease) {
+ *   await db.query('UPDATE jobs SET result = $1, epoch = $2 WHERE id = 42 AND epoch <= $2', [
+ *     result,
+ *     lease.epoch.toString(),
+ *   ]);
+ * } // released here
+ */
+export class Lease implements AsyncDisposable {
+  /** The leased key. */
+  readonly key: string;
+  /** The owner identity the lease was granted to. */
+  readonly owner: string;
+  /**
+   * The fencing epoch of this grant: greater than every epoch granted before for the key.
+   * A `bigint`, like the column; send it as `lease.epoch.toString()` to node-postgres.
+   */
+  readonly epoch: bigint;
+
+  readonly #calls: LeaseCalls;
+  readonly #controller = new AbortController();
+  #expiresAt: Date;
+  #ttlMicroseconds: number;
+  #deadline: number;
+  #timer: NodeJS.Timeout | undefined;
+  #keeper: Keeper | undefined;
+  #renewals: Promise<unknown> = Promise.resolve();
+  #release: Promise<LeaseStatus> | undefined;
+  /** The driver error of the last renewal, kept as the cause if the deadline passes next. */
+  #lastFailure: unknown;
+
+  /** @internal Handles are made by {@link LeaseClient}. */
+  constructor(calls: LeaseCalls, grant: Grant, keepAlive?: KeepAliveOptions) {
+    this.#calls = calls;
+    this.key = grant.key;
+    this.owner = grant.owner;
+    this.epoch = grant.epoch;
+    this.#expiresAt = grant.expiresAt;
+    this.#ttlMicroseconds = grant.ttlMicroseconds;
+    this.#deadline = grant.deadline;
+    this.#armDeadline();
+    if (keepAlive && !this.signal.aborted) {
+      this.#keeper = new Keeper(
+        () => this.#renewSerialized(this.#ttlMicroseconds),
+        () => this.#ttlMicroseconds / 1000,
+        keepAlive,
+      );
+      this.#keeper.start();
+    }
+  }
+
+  /**
+   * Server time at which the grant expires, as of the last acquire or successful renew. For
+   * display: the client's own decisions use its monotonic deadline, never this timestamp.
+   */
+  get expiresAt(): Date {
+    return this.#expiresAt;
+  }
+
+  /**
+   * Aborts when the lease is lost (reason: a {@link LeaseLostError}) or released (reason: a
+   * {@link LeaseError} with code `lease_released`). Pass it to whatever the lease guards.
+   */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** The loss, once the lease is lost; `undefined` while held or after a plain release. */
+  get lost(): LeaseLostError | undefined {
+    const reason: unknown = this.signal.reason;
+    return reason instanceof LeaseLostError ? reason : undefined;
+  }
+
+  /**
+   * Extends the grant to server time + `ttl` (default: the ttl it was acquired or last renewed
+   * with); the epoch never changes. Resolves with the new expiry. Rejects with a
+   * {@link LeaseLostError} when the server reports `not_owner`, `lapsed` or `epoch_mismatch`
+   * or when the handle's deadline has passed; the handle is lost from then on. A driver error
+   * (connection refused, ...) is rethrown as is and leaves the handle as it was.
+   *
+   * @example
+   * const expiresAt = await lease.renew('1m');
+   */
+  async renew(ttl?: Duration): Promise<Date> {
+    const ttlMicroseconds =
+      ttl === undefined
+        ? this.#ttlMicroseconds
+        : validateInput('renew', { key: this.key, owner: this.owner, epoch: this.epoch, ttl })
+            .ttlMicroseconds;
+    return this.#renewSerialized(ttlMicroseconds);
+  }
+
+  /**
+   * Ends the grant: the key becomes free and its epoch moves on, which fences this one.
+   * Stops keep-alive and aborts `signal` first. Resolves with the server's status (`ok`, or
+   * why the lease was already gone); calling it again returns the same answer. A lost lease is
+   * released too, in case the server still lists it.
+   *
+   * @example
+   * const status = await lease.release(); // 'ok'
+   */
+  release(): Promise<LeaseStatus> {
+    if (!this.#release) {
+      this.#stop(
+        new LeaseError(
+          'lease_released',
+          `pg_lease: lease on ${JSON.stringify(this.key)} (epoch ${this.epoch}) was released`,
+        ),
+      );
+      this.#release = this.#calls.release(this.key, this.owner, this.epoch).catch((error) => {
+        this.#release = undefined; // a failed release may be retried
+        throw error;
+      });
+    }
+    return this.#release;
+  }
+
+  /** Releases the lease, for `await using lease = await client.acquire(...)`. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  /** Renewals run one at a time, so the deadline always comes from the last one the server ran. */
+  #renewSerialized(ttlMicroseconds: number): Promise<Date> {
+    const renewal = this.#renewals.then(() => this.#renewOnce(ttlMicroseconds));
+    this.#renewals = renewal.catch(() => undefined);
+    return renewal;
+  }
+
+  async #renewOnce(ttlMicroseconds: number): Promise<Date> {
+    this.#throwIfEnded();
+    if (performance.now() >= this.#deadline) this.#lose('expired', this.#lastFailure);
+    this.#throwIfEnded();
+    let call: RenewCall;
+    try {
+      call = await this.#calls.renew(this.key, this.owner, this.epoch, ttlMicroseconds);
+    } catch (error) {
+      this.#lastFailure = error;
+      throw error;
+    }
+    this.#lastFailure = undefined;
+    // Lost or released while the call was out: a late success does not bring the lease back.
+    this.#throwIfEnded();
+    if (call.status !== 'ok') {
+      this.#lose(call.status);
+      this.#throwIfEnded();
+    }
+    this.#ttlMicroseconds = ttlMicroseconds;
+    this.#expiresAt = call.expiresAt!;
+    this.#deadline = call.sentAt + (call.remainingMs ?? 0);
+    this.#armDeadline();
+    this.#throwIfEnded();
+    return this.#expiresAt;
+  }
+
+  #throwIfEnded(): void {
+    if (this.signal.aborted) throw this.signal.reason;
+  }
+
+  #armDeadline(): void {
+    clearTimeout(this.#timer);
+    const left = this.#deadline - performance.now();
+    if (left <= 0) {
+      this.#lose('expired', this.#lastFailure);
+      return;
+    }
+    this.#timer = setTimeout(() => this.#armDeadline(), Math.min(Math.ceil(left), MAX_TIMER_MS));
+    this.#timer.unref();
+  }
+
+  #lose(status: LostStatus, cause?: unknown): void {
+    if (this.signal.aborted) return;
+    this.#stop(new LeaseLostError(status, this, cause === undefined ? undefined : { cause }));
+  }
+
+  #stop(reason: LeaseError): void {
+    clearTimeout(this.#timer);
+    this.#keeper?.stop();
+    if (!this.signal.aborted) this.#controller.abort(reason);
+  }
+}

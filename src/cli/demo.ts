@@ -1,0 +1,213 @@
+/**
+ * `pg-lease demo`: the primitive at work, narrated as a timeline. Three workers race for a job;
+ * the winner heartbeats, then hangs; its lease lapses and another worker takes over with a
+ * greater epoch; the old holder is refused by the server and by a fenced write; other keys are
+ * untouched. Runs on a throwaway server (or `--url`), in a few seconds, and cleans up.
+ */
+import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { LeaseClient } from '../client.js';
+import { LeaseLostError } from '../errors.js';
+import { installPgLease } from '../install.js';
+import { PgCluster } from '../testing/index.js';
+import { parseCommand } from './common.js';
+import { EXIT } from './exit-codes.js';
+
+export const DEMO_HELP = `pg-lease demo [--url URL]
+
+Shows pg_lease at work, as a timeline: workers race for a job, the winner heartbeats and
+then hangs, its lease lapses, another worker takes over with a greater epoch, and a fenced
+write turns the old holder away. Without --url it starts a throwaway PostgreSQL server
+(from the embedded binaries installed with the package's dev dependencies) and removes it
+afterwards. With --url it uses that database instead (installing pg_lease if missing) and
+drops the table it creates; the lease rows stay, as lease rows always do.`;
+
+const TTL = '2s';
+const WORKERS = ['worker-a', 'worker-b', 'worker-c'] as const;
+
+export async function demoCommand(args: string[]): Promise<number> {
+  const { values } = parseCommand(args, {});
+  if (values.help) {
+    process.stdout.write(`${DEMO_HELP}\n`);
+    return EXIT.OK;
+  }
+  const start = performance.now();
+  let timelineStart = start;
+  const say = (line = '') => process.stdout.write(`${line}\n`);
+  const at = (who: string, what: string) => {
+    const seconds = ((performance.now() - timelineStart) / 1000).toFixed(2).padStart(6);
+    say(`  ${seconds}s  ${who.padEnd(9)} ${what}`);
+  };
+
+  say('pg-lease demo: three workers compete for one job, holding it with a 2-second lease.');
+  say();
+  let cluster: PgCluster | undefined;
+  let url = values.url;
+  // A shared database gets names of its own, so that runs never see each other's keys.
+  const suffix = url ? `_${randomBytes(3).toString('hex')}` : '';
+  const job = `job-42${suffix.replace('_', '-')}`;
+  const otherJob = `job-43${suffix.replace('_', '-')}`;
+  const table = `jobs_output${suffix}`;
+
+  if (!url) {
+    say('Starting a throwaway PostgreSQL server (private data dir, port and socket dir)...');
+    try {
+      cluster = await PgCluster.start();
+    } catch (error) {
+      throw new Error(
+        `${(error as Error).message}\nOr run the demo on a database of yours: pg-lease demo --url postgresql://...`,
+        { cause: error },
+      );
+    }
+    url = await cluster.createDatabase('pg_lease_demo', { extension: false });
+    say(`PostgreSQL ${cluster.installation.version} is up on 127.0.0.1:${cluster.port}.`);
+  }
+  const admin = new pg.Client({ connectionString: url });
+  admin.on('error', () => undefined);
+  const pool = new pg.Pool({ connectionString: url, max: 10 });
+  pool.on('error', () => undefined);
+  let tableCreated = false;
+  try {
+    await admin.connect();
+    const installed = await installPgLease(admin);
+    say(
+      installed.created
+        ? `CREATE EXTENSION pg_lease: version ${installed.version} installed.`
+        : `pg_lease ${installed.version} is installed already.`,
+    );
+    await admin.query(
+      `CREATE TABLE ${table} (job text PRIMARY KEY, last_epoch bigint NOT NULL, result text)`,
+    );
+    tableCreated = true;
+    await admin.query(`INSERT INTO ${table} VALUES ($1, 0, NULL)`, [job]);
+    say(`The job's output lives in table ${table}; every write to it is fenced by the epoch:`);
+    say(`  UPDATE ${table} SET last_epoch = $epoch, result = $result`);
+    say(`   WHERE job = '${job}' AND last_epoch <= $epoch   -- a stale epoch updates nothing`);
+    say();
+    say('Timeline (seconds since the race began):');
+
+    const client = new LeaseClient(pool);
+    const fencedWrite = async (who: string, epoch: bigint, result: string) => {
+      const { rowCount } = await pool.query(
+        `UPDATE ${table} SET last_epoch = $2, result = $3 WHERE job = $1 AND last_epoch <= $2`,
+        [job, epoch.toString(), result],
+      );
+      if (rowCount === 1) {
+        at(who, `fenced write "${result}" with epoch ${epoch}: accepted`);
+        return;
+      }
+      const { rows } = await pool.query<{ last_epoch: string }>(
+        `SELECT last_epoch::text FROM ${table} WHERE job = $1`,
+        [job],
+      );
+      at(
+        who,
+        `fenced write "${result}" with epoch ${epoch}: REJECTED (last_epoch is ${rows[0]!.last_epoch})`,
+      );
+    };
+
+    // 1. The race: all three ask at once; the server lets exactly one win.
+    timelineStart = performance.now();
+    const attempts = await Promise.all(
+      WORKERS.map(async (owner) => ({
+        owner,
+        lease: await client.acquire(job, { owner, ttl: TTL }),
+      })),
+    );
+    for (const { owner, lease } of attempts)
+      at(
+        owner,
+        lease
+          ? `acquire ${job} (ttl ${TTL}): granted, epoch ${lease.epoch}`
+          : `acquire ${job} (ttl ${TTL}): denied, held by another worker`,
+      );
+    const winner = attempts.find((attempt) => attempt.lease)!;
+    const [taker, bystander] = attempts.filter((attempt) => !attempt.lease).map((a) => a.owner);
+    const first = winner.lease!;
+    first.signal.addEventListener('abort', () => {
+      const reason: unknown = first.signal.reason;
+      if (reason instanceof LeaseLostError)
+        at(
+          winner.owner,
+          `(its client) no renewal confirmed in time: lease.signal aborted, status "${reason.status}"`,
+        );
+    });
+
+    // 2. The winner works and heartbeats.
+    await fencedWrite(winner.owner, first.epoch, 'step 1');
+    for (let beat = 1; beat <= 2; beat++) {
+      await sleep(600);
+      await first.renew();
+      at(winner.owner, `heartbeat: renew ok, epoch still ${first.epoch}`);
+    }
+
+    // 3. It hangs: no more renewals, connection kept. The lease lapses on the server clock.
+    at(winner.owner, 'hangs: stops renewing (and keeps its connection)');
+    at(taker!, `acquire ${job} (ttl ${TTL}, wait 10s): waiting...`);
+    const waitStart = performance.now();
+    const second = (await client.acquire(job, { owner: taker!, ttl: TTL, wait: '10s' }))!;
+    at(
+      taker!,
+      `granted after ${((performance.now() - waitStart) / 1000).toFixed(1)}s, epoch ${second.epoch} (greater than ${first.epoch})`,
+    );
+    await fencedWrite(taker!, second.epoch, 'step 1 (redone)');
+
+    // 4. The old holder wakes up and is turned away twice.
+    const stale = await client.renew(job, { owner: winner.owner, epoch: first.epoch, ttl: TTL });
+    at(
+      winner.owner,
+      `wakes up; renew(epoch ${first.epoch}): ${stale.status} (the holder check comes first: ${taker} holds it now)`,
+    );
+    await fencedWrite(winner.owner, first.epoch, 'step 2');
+
+    // 5. Other keys never interact.
+    const other = (await client.acquire(otherJob, { owner: bystander!, ttl: TTL }))!;
+    at(
+      bystander!,
+      `acquire ${otherJob} (ttl ${TTL}): granted, epoch ${other.epoch}; other keys are independent`,
+    );
+
+    // 6. What the server says, and a clean release.
+    await describe(client, job, at);
+    at(taker!, `release ${job}: ${await second.release()}`);
+    await describe(client, job, at);
+    await other.release();
+
+    const { rows } = await pool.query<{ last_epoch: string; result: string }>(
+      `SELECT last_epoch::text, result FROM ${table} WHERE job = $1`,
+      [job],
+    );
+    say();
+    say(
+      `Final output of ${job}: "${rows[0]!.result}" written under epoch ${rows[0]!.last_epoch}; ` +
+        `${winner.owner}'s late write never landed.`,
+    );
+  } finally {
+    await pool.end().catch(() => undefined);
+    if (tableCreated && suffix) await admin.query(`DROP TABLE ${table}`).catch(() => undefined);
+    await admin.end().catch(() => undefined);
+    if (cluster) await cluster.destroy();
+  }
+  say(
+    `Done in ${((performance.now() - start) / 1000).toFixed(1)}s${cluster ? '; the throwaway server is stopped and removed.' : '.'}`,
+  );
+  return EXIT.OK;
+}
+
+async function describe(
+  client: LeaseClient,
+  key: string,
+  at: (who: string, what: string) => void,
+): Promise<void> {
+  const state = await client.inspect(key);
+  at(
+    'inspect',
+    !state
+      ? `${key}: never leased`
+      : state.held
+        ? `${key}: held by ${state.owner}, epoch ${state.epoch}`
+        : `${key}: free, epoch ${state.epoch} (any action fenced with epoch <= ${state.epoch} is stale)`,
+  );
+}

@@ -1,0 +1,59 @@
+/**
+ * `pg-lease install`: put pg_lease into a database.
+ */
+import pg from 'pg';
+import { installPgLease } from '../install.js';
+import { BUNDLED_VERSION } from '../generated/sql.js';
+import { connectionString, parseCommand, print, warn } from './common.js';
+import { EXIT } from './exit-codes.js';
+
+export const INSTALL_HELP = `pg-lease install [--from-bundle] [--json]
+
+Installs pg_lease into the database and prints the installed version.
+Default: CREATE EXTENSION pg_lease, which needs the extension's files on the server
+(make install in extension/). With --from-bundle: runs the install script bundled in
+this package (pg_lease ${BUNDLED_VERSION}) in one transaction, for managed PostgreSQL
+where extension files cannot be added; the objects then belong to your role, not to an
+extension (remove them with DROP SCHEMA lease CASCADE).`;
+
+/** SQLSTATE of CREATE EXTENSION for an extension whose files the server lacks. */
+const FEATURE_NOT_SUPPORTED = '0A000';
+/** SQLSTATE of a missing control file on older servers. */
+const UNDEFINED_FILE = '58P01';
+
+export async function installCommand(args: string[]): Promise<number> {
+  const { values } = parseCommand(args, { 'from-bundle': { type: 'boolean', default: false } });
+  if (values.help) {
+    process.stdout.write(`${INSTALL_HELP}\n`);
+    return EXIT.OK;
+  }
+  const fromBundle = values['from-bundle'];
+  const client = new pg.Client({ connectionString: connectionString(values) });
+  client.on('error', () => undefined);
+  await client.connect();
+  try {
+    const result = await installPgLease(client, { fromBundle });
+    const how = result.method === 'extension' ? 'as an extension' : 'from the bundled script';
+    print(
+      values.json,
+      result.created
+        ? `installed pg_lease ${result.version} ${how}`
+        : `pg_lease ${result.version} is already installed (${how}); nothing to do`,
+      { ...result },
+    );
+    return EXIT.OK;
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (!fromBundle && (code === FEATURE_NOT_SUPPORTED || code === UNDEFINED_FILE)) {
+      warn(
+        `${(error as Error).message}\n` +
+          'The server has no pg_lease extension files. Install them (make install in extension/),\n' +
+          'or run: pg-lease install --from-bundle',
+      );
+      return EXIT.FAILURE;
+    }
+    throw error;
+  } finally {
+    await client.end();
+  }
+}

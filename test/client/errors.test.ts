@@ -1,0 +1,130 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
+import {
+  ACQUIRE_TIMEOUT_MESSAGE,
+  LeaseClient,
+  LeaseError,
+  LeaseTimeoutError,
+  SQLSTATE,
+} from '../../src/index.js';
+import type { TestDatabase } from '../support/database.js';
+import { uniqueKey, waitFor, openTestDatabase } from './helpers.js';
+
+let db: TestDatabase;
+let client: LeaseClient;
+
+before(async () => {
+  db = await openTestDatabase();
+  client = new LeaseClient(db.pool);
+});
+after(() => db.close());
+
+/** The backend of a waiting acquire, as seen in pg_stat_activity, once it is running. */
+async function waitingBackend(): Promise<number> {
+  let pid: number | undefined;
+  await waitFor('the acquire is running', async () => {
+    const { rows } = await db.pool.query<{ pid: number }>(
+      `SELECT pid FROM pg_stat_activity
+        WHERE datname = current_database() AND state = 'active'
+          AND query LIKE '%lease.acquire%' AND pid <> pg_backend_pid()`,
+    );
+    pid = rows[0]?.pid;
+    return pid !== undefined;
+  });
+  return pid!;
+}
+
+describe('errors', () => {
+  test('a wait that runs out rejects with LeaseTimeoutError carrying the server error', async () => {
+    const key = uniqueKey();
+    const holder = (await client.acquire(key, { ttl: '30s' }))!;
+    const error = await client.acquire(key, { ttl: '30s', wait: '300ms' }).then(
+      () => assert.fail('acquired a held key'),
+      (caught: unknown) => caught,
+    );
+    assert.ok(error instanceof LeaseTimeoutError);
+    assert.ok(error instanceof LeaseError);
+    assert.equal(error.name, 'LeaseTimeoutError');
+    assert.equal(error.code, 'acquire_timeout');
+    assert.equal(error.sqlState, SQLSTATE.QUERY_CANCELED);
+    assert.equal(error.key, key);
+    assert.ok(error.message.startsWith(ACQUIRE_TIMEOUT_MESSAGE));
+    assert.match(error.detail ?? '', new RegExp(key));
+    assert.ok(error.cause instanceof pg.DatabaseError);
+    assert.equal((error.cause as pg.DatabaseError).code, '57014');
+    assert.equal((await client.inspect(key))?.owner, holder.owner);
+    await holder.release();
+  });
+
+  test('a statement_timeout during a wait is rethrown untouched, not taken for an acquire timeout', async () => {
+    const key = uniqueKey();
+    const holder = (await client.acquire(key, { ttl: '30s' }))!;
+    const impatient = new pg.Pool({
+      connectionString: db.url,
+      options: '-c statement_timeout=300',
+    });
+    impatient.on('error', () => undefined);
+    try {
+      const error = await new LeaseClient(impatient).acquire(key, { ttl: '30s', wait: '10s' }).then(
+        () => assert.fail('acquired a held key'),
+        (caught: unknown) => caught,
+      );
+      assert.ok(error instanceof pg.DatabaseError);
+      assert.ok(!(error instanceof LeaseError));
+      assert.equal(error.code, SQLSTATE.QUERY_CANCELED);
+      assert.match(error.message, /statement timeout/);
+    } finally {
+      await impatient.end();
+    }
+    assert.equal((await client.inspect(key))?.owner, holder.owner);
+    await holder.release();
+  });
+
+  test('a cancelled wait is rethrown untouched and leaves the key as it was', async () => {
+    const key = uniqueKey();
+    const holder = (await client.acquire(key, { ttl: '30s' }))!;
+    const waiting = client.acquire(key, { ttl: '30s', wait: '20s' }).then(
+      () => assert.fail('acquired a held key'),
+      (caught: unknown) => caught,
+    );
+    const pid = await waitingBackend();
+    await db.pool.query('SELECT pg_cancel_backend($1)', [pid]);
+    const error = await waiting;
+    assert.ok(error instanceof pg.DatabaseError);
+    assert.ok(!(error instanceof LeaseError));
+    assert.equal(error.code, SQLSTATE.QUERY_CANCELED);
+    assert.match(error.message, /user request/);
+    const state = await client.inspect(key);
+    assert.equal(state?.owner, holder.owner);
+    assert.equal(state?.epoch, holder.epoch);
+    await holder.release();
+  });
+
+  test('errors the client does not know are rethrown untouched', async () => {
+    const bare = await openTestDatabase({ extension: false });
+    try {
+      const error = await new LeaseClient(bare.pool).acquire(uniqueKey(), { ttl: '30s' }).then(
+        () => assert.fail('acquired without pg_lease installed'),
+        (caught: unknown) => caught,
+      );
+      assert.ok(error instanceof pg.DatabaseError);
+      assert.ok(!(error instanceof LeaseError));
+      assert.equal(error.code, '3F000'); // schema "lease" does not exist
+    } finally {
+      await bare.close();
+    }
+  });
+
+  test('connection failures are rethrown untouched', async () => {
+    const unreachable = new LeaseClient('postgresql://postgres@127.0.0.1:1/none');
+    try {
+      await assert.rejects(
+        unreachable.inspect(uniqueKey()),
+        (error: unknown) => error instanceof Error && !(error instanceof LeaseError),
+      );
+    } finally {
+      await unreachable.end();
+    }
+  });
+});

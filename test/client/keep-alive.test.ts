@@ -1,0 +1,161 @@
+import assert from 'node:assert/strict';
+import { performance } from 'node:perf_hooks';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { LeaseClient, LeaseLostError } from '../../src/index.js';
+import type { TestDatabase } from '../support/database.js';
+import { abortReason, uniqueKey, waitFor, openTestDatabase } from './helpers.js';
+
+let db: TestDatabase;
+let client: LeaseClient;
+
+before(async () => {
+  db = await openTestDatabase();
+  client = new LeaseClient(db.pool);
+});
+after(() => db.close());
+
+async function serverExpiry(key: string): Promise<number> {
+  const { rows } = await db.pool.query<{ expires_at: Date }>(
+    'SELECT expires_at FROM lease.leases WHERE key = $1',
+    [key],
+  );
+  return rows[0]!.expires_at.getTime();
+}
+
+async function renewalsWaitingOnALock(): Promise<number> {
+  const { rows } = await db.pool.query(
+    `SELECT 1 FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock'
+        AND query LIKE '%lease.renew%'`,
+  );
+  return rows.length;
+}
+
+describe('keep-alive', () => {
+  test('renews on its own, so the lease outlives several ttls with the same epoch', async () => {
+    const key = uniqueKey();
+    const lease = (await client.acquire(key, { ttl: '2s', keepAlive: true }))!;
+    const firstExpiry = await serverExpiry(key);
+    await sleep(5_000);
+    assert.equal(lease.signal.aborted, false, String(lease.signal.reason));
+    const state = await client.inspect(key);
+    assert.equal(state?.held, true);
+    assert.equal(state?.epoch, lease.epoch);
+    assert.ok((await serverExpiry(key)) > firstExpiry + 2_000);
+    assert.equal(await lease.release(), 'ok');
+  });
+
+  test('renews at the interval it is given', async () => {
+    const key = uniqueKey();
+    const lease = (await client.acquire(key, {
+      ttl: '1 min',
+      keepAlive: { interval: '200ms' },
+    }))!;
+    const seen = new Set<number>([await serverExpiry(key)]);
+    const end = performance.now() + 2_000;
+    while (performance.now() < end) {
+      seen.add(await serverExpiry(key));
+      await sleep(50);
+    }
+    // A ttl/3 schedule would not renew at all within these 2 s.
+    assert.ok(seen.size >= 3, `${seen.size - 1} renewals seen`);
+    await lease.release();
+  });
+
+  test('reports not_owner when the key was freed and another owner took it', async () => {
+    const key = uniqueKey();
+    const lease = (await client.acquire(key, { ttl: '2s', keepAlive: true }))!;
+    assert.equal(await client.release(key, { owner: lease.owner, epoch: lease.epoch }), 'ok');
+    const taker = (await client.acquire(key, { ttl: '30s', owner: 'taker' }))!;
+    const reason = await abortReason(lease.signal, 10_000);
+    assert.ok(reason instanceof LeaseLostError);
+    assert.equal(reason.status, 'not_owner');
+    assert.equal(reason.code, 'lease_lost');
+    assert.equal(reason.epoch, lease.epoch);
+    assert.equal((await client.inspect(key))?.owner, 'taker');
+    await taker.release();
+  });
+
+  test('reports epoch_mismatch when the same owner holds the key under a newer epoch', async () => {
+    const key = uniqueKey();
+    const lease = (await client.acquire(key, { ttl: '2s', keepAlive: true }))!;
+    await client.release(key, { owner: lease.owner, epoch: lease.epoch });
+    const again = (await client.acquire(key, { ttl: '30s', owner: lease.owner }))!;
+    assert.equal(again.epoch, lease.epoch + 2n);
+    const reason = await abortReason(lease.signal, 10_000);
+    assert.ok(reason instanceof LeaseLostError);
+    assert.equal(reason.status, 'epoch_mismatch');
+    await again.release();
+  });
+
+  test('reports lapsed when the grant expired on the server before the renewal arrived', async () => {
+    const key = uniqueKey();
+    const lease = (await client.acquire(key, { ttl: '3s', keepAlive: true }))!;
+    // Someone with the same identity shortens the grant behind the handle's back.
+    const shortened = await client.renew(key, { owner: lease.owner, epoch: lease.epoch, ttl: 1 });
+    assert.equal(shortened.status, 'ok');
+    const reason = await abortReason(lease.signal, 10_000);
+    assert.ok(reason instanceof LeaseLostError);
+    assert.equal(reason.status, 'lapsed');
+  });
+
+  test('a renewal stuck behind a row lock loses the lease at the deadline, not later', async () => {
+    const key = uniqueKey();
+    const lease = (await client.acquire(key, { ttl: '1500ms', keepAlive: true }))!;
+    const blocker = new pg.Client({ connectionString: db.url });
+    await blocker.connect();
+    try {
+      // Another transaction holds the key's row: every renew waits behind it.
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT 1 FROM lease.leases WHERE key = $1 FOR UPDATE', [key]);
+      const lockedAt = performance.now();
+      await waitFor('a renewal waits on the lock', async () => {
+        return (await renewalsWaitingOnALock()) > 0;
+      });
+      const reason = await abortReason(lease.signal, 10_000);
+      const lostAfter = performance.now() - lockedAt;
+      assert.ok(reason instanceof LeaseLostError);
+      assert.equal(reason.status, 'expired');
+      assert.ok(lostAfter <= 1_500 + 1_000, `lost ${lostAfter} ms after the lock`);
+      // The renewal is still waiting: the loss came from the client's deadline alone.
+      assert.equal(await renewalsWaitingOnALock(), 1);
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    }
+    await lease.release();
+  });
+});
+
+describe('deadline without keep-alive', () => {
+  test('the handle counts itself lost before another owner can be granted the key', async () => {
+    const key = uniqueKey();
+    const first = (await client.acquire(key, { ttl: '1s', owner: 'first' }))!;
+    const taker = (await client.acquire(key, { ttl: '30s', owner: 'taker', wait: '20s' }))!;
+    // The taker's grant has arrived: the first handle's deadline must have passed already,
+    // so its renew fails locally ("expired") instead of asking the server ("not_owner").
+    await assert.rejects(
+      first.renew(),
+      (error: unknown) => error instanceof LeaseLostError && error.status === 'expired',
+    );
+    assert.equal(first.signal.aborted, true);
+    assert.equal(first.lost?.status, 'expired');
+    await taker.release();
+  });
+
+  test('a grant that arrives after a long wait gets a deadline measured from the grant', async () => {
+    const key = uniqueKey();
+    await client.acquire(key, { ttl: '1500ms', owner: 'first' });
+    const sentAt = performance.now();
+    const taker = (await client.acquire(key, { ttl: '3s', owner: 'taker', wait: '20s' }))!;
+    const grantedAt = performance.now();
+    assert.ok(grantedAt - sentAt >= 1_000, `waited ${grantedAt - sentAt} ms`);
+    // Measured from the send, the deadline would fall about 1.5 s after the grant.
+    await sleep(2_000);
+    assert.equal(taker.signal.aborted, false, String(taker.signal.reason));
+    await taker.renew();
+    await taker.release();
+  });
+});

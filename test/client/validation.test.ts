@@ -1,0 +1,296 @@
+/**
+ * The client checks input with the server's rules before sending, and must say exactly what the
+ * server would: each case here runs through the client and, as raw SQL, through the server.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
+import {
+  INVALID_INPUT_MESSAGE,
+  LeaseClient,
+  LeaseInvalidInputError,
+  parseInterval,
+  SQLSTATE,
+} from '../../src/index.js';
+import { parseIntervalFields } from '../../src/duration.js';
+import { translateError } from '../../src/errors.js';
+import type { TestDatabase } from '../support/database.js';
+import { openTestDatabase } from './helpers.js';
+
+let db: TestDatabase;
+let client: LeaseClient;
+
+before(async () => {
+  db = await openTestDatabase();
+  client = new LeaseClient(db.pool);
+});
+after(() => db.close());
+
+const LONG_KEY = 'é'.repeat(501); // 1002 bytes in 501 characters
+const LONG_OWNER = 'x'.repeat(1001);
+
+interface Case {
+  name: string;
+  viaClient: (client: LeaseClient) => Promise<unknown>;
+  sql: string;
+  values: unknown[];
+}
+
+const nothing = null as unknown as string;
+
+const CASES: Case[] = [
+  {
+    name: 'acquire: empty key and owner, zero ttl, negative wait',
+    viaClient: (c) => c.acquire('', { owner: '', ttl: '0', wait: '-1 s' }),
+    sql: 'SELECT * FROM lease.acquire($1, $2, $3::interval, $4::interval)',
+    values: ['', '', '0', '-1 s'],
+  },
+  {
+    name: 'acquire: key and owner over 1000 bytes, intervals over 1000 years',
+    viaClient: (c) =>
+      c.acquire(LONG_KEY, { owner: LONG_OWNER, ttl: '1001 years', wait: '1001 years' }),
+    sql: 'SELECT * FROM lease.acquire($1, $2, $3::interval, $4::interval)',
+    values: [LONG_KEY, LONG_OWNER, '1001 years', '1001 years'],
+  },
+  {
+    name: 'acquire: intervals with a negative field although positive overall',
+    viaClient: (c) => c.acquire('k', { owner: 'o', ttl: '1 day -1 s', wait: '1 mon -29 days' }),
+    sql: 'SELECT * FROM lease.acquire($1, $2, $3::interval, $4::interval)',
+    values: ['k', 'o', '1 day -1 s', '1 mon -29 days'],
+  },
+  {
+    name: 'acquire: milliseconds, zero ttl and negative wait',
+    viaClient: (c) => c.acquire('k', { owner: 'o', ttl: 0, wait: -1 }),
+    sql: 'SELECT * FROM lease.acquire($1, $2, $3::interval, $4::interval)',
+    values: ['k', 'o', '0 ms', '-1 ms'],
+  },
+  {
+    name: 'renew: everything missing',
+    viaClient: (c) =>
+      c.renew(nothing, { owner: nothing, epoch: null as unknown as bigint, ttl: '-1 min' }),
+    sql: 'SELECT * FROM lease.renew($1, $2, $3::bigint, $4::interval)',
+    values: [null, null, null, '-1 min'],
+  },
+  {
+    name: 'renew: ttl over 1000 years',
+    viaClient: (c) => c.renew('k', { owner: 'o', epoch: 1n, ttl: '1001 years' }),
+    sql: 'SELECT * FROM lease.renew($1, $2, $3::bigint, $4::interval)',
+    values: ['k', 'o', '1', '1001 years'],
+  },
+  {
+    name: 'release: empty key, long owner, no epoch',
+    viaClient: (c) => c.release('', { owner: LONG_OWNER, epoch: null as unknown as bigint }),
+    sql: 'SELECT * FROM lease.release($1, $2, $3::bigint)',
+    values: ['', LONG_OWNER, null],
+  },
+  {
+    name: 'inspect: empty key',
+    viaClient: (c) => c.inspect(''),
+    sql: 'SELECT * FROM lease.inspect($1)',
+    values: [''],
+  },
+  {
+    name: 'inspect: key over 1000 bytes',
+    viaClient: (c) => c.inspect(LONG_KEY),
+    sql: 'SELECT * FROM lease.inspect($1)',
+    values: [LONG_KEY],
+  },
+];
+
+describe('invalid input: the client says what the server says', () => {
+  for (const { name, viaClient, sql, values } of CASES) {
+    test(name, async () => {
+      const fromClient = await viaClient(client).then(
+        () => assert.fail('the client accepted invalid input'),
+        (error: unknown) => error,
+      );
+      const fromServer = await db.pool.query(sql, values).then(
+        () => assert.fail('the server accepted invalid input'),
+        (error: unknown) => error,
+      );
+      assert.equal((fromServer as pg.DatabaseError).code, SQLSTATE.INVALID_PARAMETER_VALUE);
+      const translated = translateError(fromServer, 'k');
+      assert.ok(fromClient instanceof LeaseInvalidInputError);
+      assert.ok(translated instanceof LeaseInvalidInputError);
+      assert.equal(translated.cause, fromServer);
+      assert.equal(fromClient.cause, undefined); // never sent
+      assert.equal(fromClient.code, 'invalid_input');
+      assert.equal(fromClient.sqlState, '22023');
+      assert.ok(fromClient.message.startsWith(INVALID_INPUT_MESSAGE));
+      assert.deepEqual(
+        { message: fromClient.message, detail: fromClient.detail, hint: fromClient.hint },
+        { message: translated.message, detail: translated.detail, hint: translated.hint },
+      );
+    });
+  }
+
+  test('lists every violation, in parameter order', async () => {
+    const error = await client.acquire('', { owner: '', ttl: '0', wait: '-1 s' }).catch((e) => e);
+    assert.deepEqual((error as LeaseInvalidInputError).violations, [
+      'key must be a non-empty string',
+      'owner must be a non-empty string',
+      'ttl must be a positive finite interval',
+      'wait must be a non-negative finite interval',
+    ]);
+  });
+
+  test('is checked before anything is sent', async () => {
+    const unreachable = new LeaseClient('postgresql://postgres@127.0.0.1:1/none');
+    try {
+      await assert.rejects(unreachable.acquire('', { ttl: '30s' }), LeaseInvalidInputError);
+    } finally {
+      await unreachable.end();
+    }
+  });
+
+  test('infinite durations and text that is not an interval are invalid', async () => {
+    for (const ttl of [Infinity, NaN, 'infinity', 'soon']) {
+      await assert.rejects(
+        client.acquire('k', { ttl }),
+        (error: unknown) =>
+          error instanceof LeaseInvalidInputError &&
+          error.detail === 'ttl must be a positive finite interval',
+        String(ttl),
+      );
+    }
+    await assert.rejects(
+      client.acquire('k', { ttl: '1s', wait: -Infinity }),
+      (error: unknown) =>
+        error instanceof LeaseInvalidInputError &&
+        error.detail === 'wait must be a non-negative finite interval',
+    );
+  });
+
+  test('the largest valid key, owner and ttl are accepted by both sides', async () => {
+    const key = 'é'.repeat(500); // exactly 1000 bytes
+    const lease = await client.acquire(key, { owner: 'o'.repeat(1000), ttl: '1000 years' });
+    assert.ok(lease);
+    assert.equal(Buffer.byteLength(lease.key), 1000);
+    assert.equal(await lease.release(), 'ok');
+  });
+});
+
+describe('interval text: the client reads it as PostgreSQL does', () => {
+  const ACCEPTED = [
+    '30s',
+    '30',
+    '1h30m',
+    '1h 30m',
+    '1.5h',
+    '90 min',
+    '1 2:03:04',
+    '10:00',
+    '1:2',
+    '00:00:00.5',
+    '-1 s',
+    '1 s ago',
+    '@ 1 minute',
+    '@ 1 hour ago',
+    '00:30:00 ago',
+    'P1DT2H',
+    'PT0.5S',
+    'PT1M30S',
+    'PT1H30M',
+    'P1W',
+    'P1M',
+    'P1Y',
+    'P1DT',
+    'PT',
+    'P0.5D',
+    'P1.5Y',
+    'PT1.5H',
+    '1 mon',
+    '14 mons',
+    '1.5 mon',
+    '1 year',
+    '1.5 year',
+    '2 decades',
+    '1 century',
+    '1 millennium',
+    '1 week 2 days',
+    '1.5 w',
+    '1w',
+    '1d',
+    '1 d 1 h',
+    '100ms',
+    '100 msec',
+    '5us',
+    '5 usec',
+    '0.5 ms',
+    '.5 s',
+    '5. s',
+    '+5 s',
+    '1 day -1 s',
+    '1 day 02:00',
+    '-1:30',
+    '25:00',
+    '1:02:03.25',
+    ' 30 s ',
+    '30 SECONDS',
+    '1 secs',
+    '1 hrs',
+    '1 h 2 m 3 s 4 ms 5 us',
+    '1 h -1 m',
+    '5 seconds 1 day',
+    '1.123456789 s',
+    '2147483648 s',
+  ];
+  const REJECTED = [
+    '',
+    ' ',
+    'soon',
+    'epoch',
+    '1e3 s',
+    '1,5 s',
+    '1 s 1 s',
+    '1 day 1 day',
+    '3 4',
+    '1 2',
+    '1 hour 10:00',
+    '10:00:00:00',
+    '1:60',
+    'P',
+    'p1d',
+    'ago',
+    '1 ago',
+    '1 day ago ago',
+  ];
+
+  async function serverFields(text: string) {
+    const { rows } = await db.pool.query<{ months: number; days: number; micros: string }>(
+      `SELECT m AS months, d AS days,
+              (date_part('epoch', i - make_interval(months => m, days => d)) * 1000000)::bigint::text AS micros
+         FROM (SELECT i, (date_part('year', i) * 12 + date_part('month', i))::int AS m,
+                      date_part('day', i)::int AS d
+                 FROM (SELECT $1::interval AS i) AS given) AS parts`,
+      [text],
+    );
+    const row = rows[0]!;
+    return { months: row.months, days: row.days, microseconds: Number(row.micros) };
+  }
+
+  test('accepts what PostgreSQL accepts, field by field', async () => {
+    for (const text of ACCEPTED) {
+      const mine = parseIntervalFields(text);
+      assert.ok(mine !== undefined && typeof mine === 'object', `client rejected ${text}`);
+      const normalised = {
+        months: mine.months + 0,
+        days: mine.days + 0,
+        microseconds: mine.microseconds + 0,
+      };
+      assert.deepEqual(normalised, await serverFields(text), text);
+    }
+  });
+
+  test('rejects what PostgreSQL rejects', async () => {
+    for (const text of REJECTED) {
+      assert.equal(parseInterval(text), undefined, `client accepted ${JSON.stringify(text)}`);
+      await assert.rejects(db.pool.query('SELECT $1::interval', [text]), text);
+    }
+  });
+
+  test('reads infinity as not finite', () => {
+    assert.equal(parseInterval('infinity'), Infinity);
+    assert.equal(parseInterval('-infinity'), -Infinity);
+  });
+});

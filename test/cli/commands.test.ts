@@ -1,0 +1,236 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { LeaseClient } from '../../src/index.js';
+import type { TestDatabase } from '../support/database.js';
+import { uniqueKey, openTestDatabase } from '../client/helpers.js';
+import { parseJson, runCli } from './helpers.js';
+
+let db: TestDatabase;
+let client: LeaseClient;
+
+before(async () => {
+  db = await openTestDatabase();
+  client = new LeaseClient(db.pool);
+});
+after(() => db.close());
+
+describe('pg-lease acquire, renew, release, inspect', () => {
+  test('acquire prints the owner and epoch it got and exits 0', async () => {
+    const key = uniqueKey();
+    const result = await runCli(['acquire', '--url', db.url, '--key', key, '--ttl', '30s']);
+    assert.equal(result.code, 0, result.stderr);
+    assert.match(result.stdout, new RegExp(`^acquired ${key}$`, 'm'));
+    assert.match(result.stdout, /^ {2}epoch {7}1$/m);
+    const state = await client.inspect(key);
+    assert.equal(state?.held, true);
+    assert.match(result.stdout, new RegExp(`owner {7}${state!.owner!.replace(/[.]/g, '\\.')}`));
+  });
+
+  test('a lease taken with --json can be renewed and released with what it printed', async () => {
+    const key = uniqueKey();
+    const acquired = parseJson(
+      await runCli(['acquire', '--url', db.url, '--key', key, '--ttl', '30s', '--json']),
+    );
+    assert.equal(acquired.acquired, true);
+    assert.equal(acquired.key, key);
+    assert.equal(acquired.epoch, '1');
+    assert.equal(typeof acquired.owner, 'string');
+    assert.ok(!Number.isNaN(Date.parse(acquired.expiresAt as string)));
+    const grant = ['--key', key, '--owner', acquired.owner as string, '--epoch', '1'];
+
+    const renewed = await runCli(['renew', '--url', db.url, ...grant, '--ttl', '1 min', '--json']);
+    assert.equal(renewed.code, 0, renewed.stderr);
+    assert.equal(parseJson(renewed).status, 'ok');
+    assert.ok(
+      Date.parse(parseJson(renewed).expiresAt as string) > Date.parse(acquired.expiresAt as string),
+    );
+
+    const released = await runCli(['release', '--url', db.url, ...grant]);
+    assert.equal(released.code, 0, released.stderr);
+    assert.equal(released.stdout.trim(), `ok: ${key} released`);
+
+    const inspected = parseJson(await runCli(['inspect', '--url', db.url, '--key', key, '--json']));
+    assert.deepEqual(inspected, {
+      key,
+      state: 'free',
+      held: false,
+      owner: null,
+      epoch: '2',
+      expiresAt: null,
+    });
+  });
+
+  test('acquire exits 75 when another owner holds the key, and when --wait runs out', async () => {
+    const key = uniqueKey();
+    const holder = (await client.acquire(key, { ttl: '30s' }))!;
+    const held = await runCli(['acquire', '--url', db.url, '--key', key, '--ttl', '30s']);
+    assert.equal(held.code, 75);
+    assert.match(held.stdout, /not acquired: .* is held by another owner/);
+    const timedOut = await runCli([
+      'acquire',
+      '--url',
+      db.url,
+      '--key',
+      key,
+      '--ttl',
+      '30s',
+      '--wait',
+      '200ms',
+      '--json',
+    ]);
+    assert.equal(timedOut.code, 75);
+    assert.deepEqual(parseJson(timedOut), { acquired: false, key, reason: 'timeout' });
+    await holder.release();
+  });
+
+  test('renew and release exit 76 with the status when the lease is not theirs', async () => {
+    const key = uniqueKey();
+    const lease = (await client.acquire(key, { ttl: '30s', owner: 'holder' }))!;
+    const stale = await runCli([
+      'renew',
+      '--url',
+      db.url,
+      '--key',
+      key,
+      '--owner',
+      'holder',
+      '--epoch',
+      String(lease.epoch + 1n),
+      '--ttl',
+      '30s',
+    ]);
+    assert.equal(stale.code, 76);
+    assert.equal(stale.stdout.trim(), `epoch_mismatch: ${key} was not renewed`);
+    const stranger = await runCli([
+      'release',
+      '--url',
+      db.url,
+      '--key',
+      key,
+      '--owner',
+      'stranger',
+      '--epoch',
+      String(lease.epoch),
+      '--json',
+    ]);
+    assert.equal(stranger.code, 76);
+    assert.deepEqual(parseJson(stranger), { key, status: 'not_owner' });
+    await lease.release();
+  });
+
+  test('inspect tells a held key, a free key and a key never leased apart', async () => {
+    const key = uniqueKey();
+    const never = await runCli(['inspect', '--url', db.url, '--key', key]);
+    assert.equal(never.code, 0);
+    assert.equal(never.stdout.trim(), `${key}: never leased`);
+    const lease = (await client.acquire(key, { ttl: '30s', owner: 'holder' }))!;
+    const held = await runCli(['inspect', '--url', db.url, '--key', key]);
+    assert.match(held.stdout, new RegExp(`^${key}: held by holder, epoch 1, expires at `));
+    await lease.release();
+    const free = await runCli(['inspect', '--url', db.url, '--key', key]);
+    assert.equal(
+      free.stdout.trim(),
+      `${key}: free (released or lapsed); epoch 2 and older are stale`,
+    );
+  });
+
+  test('epochs beyond 2^53 pass through the command line exactly', async () => {
+    const key = uniqueKey();
+    await (await client.acquire(key, { ttl: '30s' }))!.release();
+    await db.pool.query('UPDATE lease.leases SET epoch = $2 WHERE key = $1', [
+      key,
+      '9007199254740993',
+    ]);
+    const acquired = parseJson(
+      await runCli(['acquire', '--url', db.url, '--key', key, '--ttl', '30s', '--json']),
+    );
+    assert.equal(acquired.epoch, '9007199254740994');
+    const released = await runCli([
+      'release',
+      '--url',
+      db.url,
+      '--key',
+      key,
+      '--owner',
+      acquired.owner as string,
+      '--epoch',
+      '9007199254740994',
+    ]);
+    assert.equal(released.code, 0, released.stdout + released.stderr);
+  });
+
+  test('uses DATABASE_URL when --url is not given', async () => {
+    const key = uniqueKey();
+    const result = await runCli(['inspect', '--key', key], { DATABASE_URL: db.url });
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.stdout.trim(), `${key}: never leased`);
+  });
+});
+
+describe('pg-lease errors and usage', () => {
+  test('invalid input exits 64 and shows the same DETAIL as the server', async () => {
+    const result = await runCli(['acquire', '--url', db.url, '--key', '', '--ttl', '0']);
+    assert.equal(result.code, 64);
+    assert.match(
+      result.stderr,
+      /pg_lease: invalid input: key must be a non-empty string; ttl must be a positive finite interval/,
+    );
+    assert.match(result.stderr, /^hint: /m);
+    const json = await runCli(['acquire', '--url', db.url, '--key', 'k', '--ttl=-1s', '--json']);
+    assert.equal(json.code, 64);
+    assert.deepEqual(parseJson(json), {
+      error: {
+        message: 'pg_lease: invalid input',
+        code: 'invalid_input',
+        detail: 'ttl must be a positive finite interval',
+      },
+    });
+  });
+
+  test('a bad command line exits 64 with a pointer to --help', async () => {
+    const missing = await runCli(['acquire', '--url', db.url, '--ttl', '30s']);
+    assert.equal(missing.code, 64);
+    assert.match(missing.stderr, /--key is required; run pg-lease acquire --help/);
+    const unknown = await runCli(['inspect', '--url', db.url, '--key', 'k', '--bogus']);
+    assert.equal(unknown.code, 64);
+    assert.match(unknown.stderr, /bogus/);
+    const noCommand = await runCli(['frobnicate']);
+    assert.equal(noCommand.code, 64);
+    const noDatabase = await runCli(['inspect', '--key', 'k']);
+    assert.equal(noDatabase.code, 64);
+    assert.match(noDatabase.stderr, /pass --url or set DATABASE_URL/);
+    const badEpoch = await runCli([
+      'release',
+      '--url',
+      db.url,
+      '--key',
+      'k',
+      '--owner',
+      'o',
+      '--epoch',
+      'one',
+    ]);
+    assert.equal(badEpoch.code, 64);
+  });
+
+  test('--help prints the usage and exits 0', async () => {
+    const main = await runCli(['--help']);
+    assert.equal(main.code, 0);
+    assert.match(main.stdout, /^Usage: pg-lease <command>/);
+    const exec = await runCli(['exec', '--help']);
+    assert.equal(exec.code, 0);
+    assert.match(exec.stdout, /PG_LEASE_EPOCH/);
+  });
+
+  test('an unreachable database exits 1 with the reason', async () => {
+    const result = await runCli([
+      'inspect',
+      '--url',
+      'postgresql://postgres@127.0.0.1:1/x',
+      '--key',
+      'k',
+    ]);
+    assert.equal(result.code, 1);
+    assert.match(result.stderr, /^pg-lease: .*ECONNREFUSED/);
+  });
+});

@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
+import { LeaseClient } from '../../src/index.js';
+import type { TestDatabase } from '../support/database.js';
+import { openTestDatabase } from '../client/helpers.js';
+import { parseJson, runCli } from './helpers.js';
+
+let viaExtension: TestDatabase;
+let viaBundle: TestDatabase;
+
+before(async () => {
+  viaExtension = await openTestDatabase({ extension: false });
+  viaBundle = await openTestDatabase({ extension: false });
+});
+after(async () => {
+  await viaExtension.close();
+  await viaBundle.close();
+});
+
+/** Everything pg_lease puts in schema lease, described by the catalogs, in a stable order. */
+async function leaseObjects(pool: pg.Pool): Promise<string[]> {
+  const { rows } = await pool.query<{ line: string }>(`
+    SELECT 'schema acl ' || coalesce(nspacl::text, '') AS line
+      FROM pg_namespace WHERE nspname = 'lease'
+    UNION ALL
+    SELECT 'function ' || p.oid::regprocedure::text || E'\\n' || pg_get_functiondef(p.oid)
+           || E'\\nacl ' || coalesce(p.proacl::text, '')
+           || E'\\ncomment ' || coalesce(obj_description(p.oid, 'pg_proc'), '')
+      FROM pg_proc p WHERE p.pronamespace = 'lease'::regnamespace
+    UNION ALL
+    SELECT 'table ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(c.reloptions::text, '')
+           || ' acl ' || coalesce(c.relacl::text, '')
+           || ' comment ' || coalesce(obj_description(c.oid, 'pg_class'), '')
+      FROM pg_class c WHERE c.relnamespace = 'lease'::regnamespace
+    UNION ALL
+    SELECT 'column ' || a.attrelid::regclass::text || '.' || a.attname || ' '
+           || format_type(a.atttypid, a.atttypmod) || ' ' || coalesce(co.collname, '')
+           || ' not null ' || a.attnotnull
+      FROM pg_attribute a
+      JOIN pg_class c ON c.oid = a.attrelid
+      LEFT JOIN pg_collation co ON co.oid = a.attcollation
+     WHERE c.relnamespace = 'lease'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+    UNION ALL
+    SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid)
+      FROM pg_constraint WHERE connamespace = 'lease'::regnamespace
+    ORDER BY 1`);
+  return rows.map((row) => row.line);
+}
+
+describe('pg-lease install', () => {
+  test('installs the extension with CREATE EXTENSION and reports its version', async () => {
+    const result = await runCli(['install', '--url', viaExtension.url]);
+    assert.equal(result.code, 0, result.stderr);
+    assert.match(result.stdout, /^installed pg_lease 0\.1\.0 as an extension$/m);
+    const { rows } = await viaExtension.pool.query<{ extversion: string }>(
+      "SELECT extversion FROM pg_extension WHERE extname = 'pg_lease'",
+    );
+    assert.deepEqual(rows, [{ extversion: '0.1.0' }]);
+    const again = await runCli(['install', '--url', viaExtension.url, '--json']);
+    assert.equal(again.code, 0, again.stderr);
+    assert.deepEqual(parseJson(again), { version: '0.1.0', method: 'extension', created: false });
+  });
+
+  test('--from-bundle installs the same objects without an extension, in working order', async () => {
+    const result = await runCli(['install', '--url', viaBundle.url, '--from-bundle', '--json']);
+    assert.equal(result.code, 0, result.stderr);
+    assert.deepEqual(parseJson(result), { version: '0.1.0', method: 'bundle', created: true });
+    const { rows } = await viaBundle.pool.query(
+      "SELECT 1 FROM pg_extension WHERE extname = 'pg_lease'",
+    );
+    assert.equal(rows.length, 0);
+
+    if ((await leaseObjects(viaExtension.pool)).length === 0)
+      await runCli(['install', '--url', viaExtension.url]);
+    const expected = await leaseObjects(viaExtension.pool);
+    assert.ok(expected.length > 10, expected.join('\n'));
+    assert.deepEqual(await leaseObjects(viaBundle.pool), expected);
+
+    const client = new LeaseClient(viaBundle.pool);
+    const lease = (await client.acquire('bundled', { ttl: '30s' }))!;
+    assert.equal(lease.epoch, 1n);
+    await lease.renew();
+    assert.equal(await lease.release(), 'ok');
+    assert.equal((await client.inspect('bundled'))?.epoch, 2n);
+  });
+
+  test('reports a bundle install as installed on the next run, with either method', async () => {
+    const bundle = await runCli(['install', '--url', viaBundle.url, '--from-bundle']);
+    assert.equal(bundle.code, 0, bundle.stderr);
+    assert.match(
+      bundle.stdout,
+      /pg_lease 0\.1\.0 is already installed \(from the bundled script\)/,
+    );
+    const plain = await runCli(['install', '--url', viaBundle.url]);
+    assert.equal(plain.code, 0, plain.stderr);
+    assert.match(plain.stdout, /already installed \(from the bundled script\)/);
+  });
+
+  test('--from-bundle refuses a schema named lease that it did not create', async () => {
+    const other = await openTestDatabase({ extension: false });
+    try {
+      await other.pool.query('CREATE SCHEMA lease');
+      const result = await runCli(['install', '--url', other.url, '--from-bundle']);
+      assert.equal(result.code, 1);
+      assert.match(result.stderr, /schema "lease" already exists/);
+      const { rows } = await other.pool.query(
+        "SELECT 1 FROM pg_proc WHERE pronamespace = 'lease'::regnamespace",
+      );
+      assert.equal(rows.length, 0);
+    } finally {
+      await other.close();
+    }
+  });
+});

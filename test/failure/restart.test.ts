@@ -19,6 +19,8 @@ import {
   waitUntilWaiting,
 } from './support/sessions.js';
 
+const ADMIN_SHUTDOWN = '57P01';
+
 describe('restart', () => {
   let cluster: PgCluster;
   let url: string;
@@ -143,6 +145,7 @@ describe('restart', () => {
         const error = await rejectsSomehow(waiting);
         // The waiter learns promptly; it is not left hanging until its wait runs out.
         assert.ok(Date.now() - stopped < 20_000, `waiter failed only after its wait: ${error}`);
+        if (mode === 'fast') assert.equal((error as { code?: string }).code, ADMIN_SHUTDOWN);
 
         await cluster.start();
         await reconnect();

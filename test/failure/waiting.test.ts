@@ -58,7 +58,7 @@ describe('interrupted blocking acquire', { concurrency: true }, () => {
       waiting.catch(() => undefined);
 
       // While it waits, the waiter must not stand in the holder's way.
-      await waitUntilWaiting(pool, waiterPid, 0);
+      await waitUntilWaiting(pool, waiterPid);
       assert.equal((await renew(holder, key, 'holder', grant.epoch!, '60 seconds')).status, 'ok');
       const before = await inspect(pool, key);
 

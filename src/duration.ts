@@ -236,34 +236,8 @@ export function durationFields(duration: Duration): IntervalFields | undefined {
   return typeof fields === 'object' ? fields : undefined;
 }
 
-/**
- * Formats microseconds for people: `1.5s`, `250ms`, `2m`, `1h30m`.
- *
- * @example
- * import { formatDuration } from 'pg-lease';
- * formatDuration(90_000_000); // '1m30s'
- */
-export function formatDuration(microseconds: number): string {
-  if (!Number.isFinite(microseconds)) return String(microseconds);
-  if (microseconds < 0) return `-${formatDuration(-microseconds)}`;
-  if (microseconds < US_PER_MS) return `${microseconds}us`;
-  if (microseconds < US_PER_SECOND) return `${round(microseconds / US_PER_MS)}ms`;
-  if (microseconds < US_PER_MINUTE) return `${round(microseconds / US_PER_SECOND)}s`;
-  const parts: string[] = [];
-  let rest = microseconds;
-  for (const [size, suffix] of [
-    [US_PER_DAY, 'd'],
-    [US_PER_HOUR, 'h'],
-    [US_PER_MINUTE, 'm'],
-  ] as const) {
-    const count = Math.floor(rest / size);
-    if (count > 0) parts.push(`${count}${suffix}`);
-    rest -= count * size;
-  }
-  if (rest > 0) parts.push(`${round(rest / US_PER_SECOND)}s`);
-  return parts.join('');
-}
-
-function round(value: number): number {
-  return Math.round(value * 1000) / 1000;
+/** A {@link Duration}'s length in microseconds, or `undefined` when it is not a finite interval. */
+export function durationMicroseconds(duration: Duration): number | undefined {
+  const fields = durationFields(duration);
+  return fields && toMicroseconds(fields);
 }

@@ -33,5 +33,11 @@ export {
   type LeaseErrorCode,
   type LostStatus,
 } from './errors.js';
-export { formatDuration, parseInterval, type Duration } from './duration.js';
+export { parseInterval, type Duration } from './duration.js';
+export {
+  installedPgLease,
+  installPgLease,
+  type InstallMethod,
+  type InstallResult,
+} from './install.js';
 export { defaultOwner } from './owner.js';

@@ -7,7 +7,7 @@
  * stuck behind a blocked renew can delay renewals but never stretch the lease.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { durationFields, toMicroseconds, type Duration } from './duration.js';
+import { durationMicroseconds, type Duration } from './duration.js';
 import { LeaseError } from './errors.js';
 
 /**
@@ -47,9 +47,8 @@ export class Keeper {
     this.#renew = renew;
     this.#ttlMs = ttlMs;
     if (options.interval !== undefined) {
-      const fields = durationFields(options.interval);
-      const micros = fields && toMicroseconds(fields);
-      if (!micros || micros <= 0)
+      const micros = durationMicroseconds(options.interval);
+      if (micros === undefined || micros <= 0)
         throw new RangeError('pg_lease: keepAlive.interval must be a positive finite duration');
       this.#intervalMs = micros / 1000;
     }

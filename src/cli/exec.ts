@@ -5,7 +5,7 @@
 import { spawn } from 'node:child_process';
 import * as os from 'node:os';
 import { LeaseClient } from '../client.js';
-import { durationFields, toMicroseconds } from '../duration.js';
+import { durationMicroseconds } from '../duration.js';
 import { LeaseInvalidInputError, LeaseTimeoutError } from '../errors.js';
 import { connectionString, parseCommand, required, warn } from './common.js';
 import { EXIT, UsageError } from './exit-codes.js';
@@ -150,9 +150,8 @@ function describeLoss(lost: Error): string {
 }
 
 function graceMilliseconds(text: string): number {
-  const fields = durationFields(text);
-  const micros = fields && toMicroseconds(fields);
-  if (micros === undefined || !(micros >= 0))
+  const micros = durationMicroseconds(text);
+  if (micros === undefined || micros < 0)
     throw new LeaseInvalidInputError('grace must be a non-negative finite interval');
   return micros / 1000;
 }

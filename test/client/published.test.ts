@@ -19,6 +19,7 @@ import { PACKAGE_ROOT } from '../../src/testing/installation.js';
 const CONSUMER = `
 import pg from 'pg';
 import {
+  installPgLease,
   LeaseClient,
   LeaseError,
   LeaseInvalidInputError,
@@ -32,6 +33,7 @@ import {
 } from 'pg-lease';
 
 export async function consume(pool: pg.Pool): Promise<bigint | null> {
+  const { version }: { version: string } = await installPgLease(await pool.connect());
   const client = new LeaseClient(pool, { owner: 'me' });
   await using lease = await client.acquire('job', { ttl: '30s', wait: 1_000, keepAlive: true });
   if (!lease) return null;
@@ -44,7 +46,7 @@ export async function consume(pool: pg.Pool): Promise<bigint | null> {
   const total = await client.withLease('job', { ttl: 5_000 }, async (held: Lease, s: AbortSignal) =>
     held.key.length + (s.aborted ? 1 : 0),
   );
-  void [expiresAt, signal, status, state, lost, total, SQLSTATE.QUERY_CANCELED];
+  void [version, expiresAt, signal, status, state, lost, total, SQLSTATE.QUERY_CANCELED];
   try {
     await client.acquire('', { ttl: 0 });
   } catch (error) {

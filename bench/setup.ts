@@ -1,0 +1,239 @@
+/**
+ * Preparing the bench database: pg_lease as shipped, the bare baseline table, diagnostic
+ * variants of the shipped functions and candidate SQL, all in one database so that one
+ * pgbench run can interleave any of them.
+ */
+import * as fs from 'node:fs';
+import pg from 'pg';
+import type { PgCluster } from '../src/testing/index.js';
+import type { Arm } from './workloads.js';
+
+/** The database everything runs in. */
+export const BENCH_DATABASE = 'bench';
+
+/** Diagnostic copies of the shipped functions, generated from the installed definitions. */
+export const VARIANTS = [
+  {
+    id: 'lease-noset',
+    schema: 'lease_noset',
+    label: 'shipped functions without SET search_path (SECURITY DEFINER kept)',
+    dropSet: true,
+    dropSecurityDefiner: false,
+  },
+  {
+    id: 'lease-plain',
+    schema: 'lease_plain',
+    label: 'shipped functions without SET search_path and SECURITY DEFINER',
+    dropSet: true,
+    dropSecurityDefiner: true,
+  },
+] as const;
+
+/** Runs statements on a short-lived superuser connection. */
+export async function withClient<T>(
+  cluster: PgCluster,
+  database: string,
+  action: (client: pg.Client) => Promise<T>,
+): Promise<T> {
+  const client = new pg.Client({ connectionString: cluster.url(database) });
+  await client.connect();
+  try {
+    return await action(client);
+  } finally {
+    await client.end();
+  }
+}
+
+/** The arms of a run: shipped, baselines, variants and candidates. */
+export function buildArms(variants: boolean, candidates: string[]): Arm[] {
+  const arms: Omit<Arm, 'keyTag'>[] = [
+    {
+      id: 'lease',
+      label: 'pg_lease as shipped',
+      script: 'lease',
+      table: 'lease.leases',
+      role: 'shipped',
+    },
+    {
+      id: 'bare',
+      label: 'bare SQL on bare.leases',
+      script: 'bare',
+      table: 'bare.leases',
+      role: 'baseline',
+    },
+    {
+      id: 'advisory',
+      label: 'advisory locks (in-memory ceiling)',
+      script: 'advisory',
+      role: 'ceiling',
+    },
+  ];
+  if (variants) {
+    for (const variant of VARIANTS) {
+      arms.push({
+        id: variant.id,
+        label: variant.label,
+        script: 'lease',
+        schema: variant.schema,
+        table: 'lease.leases',
+        role: 'diagnostic',
+      });
+    }
+  }
+  candidates.forEach((file, index) => {
+    const schema = candidateSchema(index);
+    arms.push({
+      id: `candidate${candidates.length > 1 ? index + 1 : ''}`,
+      label: `candidate SQL ${file}`,
+      script: 'lease',
+      schema,
+      table: `${schema}.leases`,
+      role: 'candidate',
+    });
+  });
+  return arms.map((arm, index) => ({ ...arm, keyTag: `k${String(index).padStart(2, '0')}` }));
+}
+
+function candidateSchema(index: number): string {
+  return `lease_cand${index + 1}`;
+}
+
+/**
+ * Creates the bench database: the shipped extension, `bare.leases`, the variants, the
+ * candidates, and the keys W3-inspect reads (one per client and arm, held for a day).
+ */
+export async function setupBenchDatabase(
+  cluster: PgCluster,
+  arms: Arm[],
+  candidates: string[],
+  maxClients: number,
+): Promise<void> {
+  await cluster.createDatabase(BENCH_DATABASE);
+  await withClient(cluster, BENCH_DATABASE, async (client) => {
+    // LIKE ... INCLUDING ALL copies columns, collations, defaults, constraints and indexes:
+    // the baseline writes exactly the row shape the extension writes.
+    await client.query('CREATE SCHEMA bare');
+    await client.query('CREATE TABLE bare.leases (LIKE lease.leases INCLUDING ALL)');
+    // LIKE does not copy storage parameters; fillfactor decides how many updates stay HOT.
+    const { rows } = await client.query<{ options: string[] | null }>(
+      `SELECT reloptions AS options FROM pg_class WHERE oid = 'lease.leases'::regclass`,
+    );
+    const options = rows[0]?.options ?? [];
+    if (options.length) await client.query(`ALTER TABLE bare.leases SET (${options.join(', ')})`);
+
+    for (const variant of VARIANTS)
+      if (arms.some((arm) => arm.id === variant.id)) await createVariant(client, variant);
+    for (const [index, file] of candidates.entries())
+      await loadCandidate(client, candidateSchema(index), file);
+
+    for (const arm of arms) {
+      const prefix = `w3i-${arm.keyTag}-`;
+      if (arm.script === 'bare') {
+        await client.query(
+          `INSERT INTO bare.leases (key, owner, epoch, expires_at)
+           SELECT $2 || c, 'bench-' || c, 1, clock_timestamp() + interval '1 day'
+           FROM generate_series(0, $1 - 1) c`,
+          [maxClients, prefix],
+        );
+      } else if (arm.script === 'lease') {
+        await client.query(
+          `SELECT ${arm.schema ?? 'lease'}.acquire($2 || c, 'bench-' || c, interval '1 day')
+           FROM generate_series(0, $1 - 1) c`,
+          [maxClients, prefix],
+        );
+      }
+    }
+    if (cluster.installation.major >= 15)
+      await client.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
+  });
+}
+
+/**
+ * Copies every function of schema `lease` into `variant.schema`, minus the SET clause and
+ * optionally SECURITY DEFINER, with calls between them redirected to the copies. The table
+ * stays `lease.leases`. Generated from `pg_get_functiondef`, so a variant always measures
+ * the SQL actually installed.
+ */
+async function createVariant(client: pg.Client, variant: (typeof VARIANTS)[number]): Promise<void> {
+  const { rows } = await client.query<{ proname: string; def: string }>(
+    `SELECT p.proname, pg_get_functiondef(p.oid) AS def
+     FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'lease' AND p.prokind = 'f'`,
+  );
+  const names = [...new Set(rows.map((row) => row.proname))];
+  const calls = new RegExp(`\\blease\\.(${names.map(escapeRegExp).join('|')})\\s*\\(`, 'g');
+  await client.query(`CREATE SCHEMA ${variant.schema}`);
+  for (const { def } of rows) {
+    // pg_get_functiondef prints the attributes (LANGUAGE, volatility, SECURITY DEFINER, SET
+    // lines) before the body; edit only that header.
+    const bodyStart = def.search(/^(AS |RETURN |BEGIN ATOMIC)/m);
+    let header = def.slice(0, bodyStart);
+    let body = def.slice(bodyStart);
+    header = header.replace(
+      /^CREATE OR REPLACE FUNCTION lease\./,
+      `CREATE FUNCTION ${variant.schema}.`,
+    );
+    // Only the search_path setting goes; other SET clauses (lock_timeout) are behaviour.
+    if (variant.dropSet) header = header.replace(/^ SET search_path TO .*\n/m, '');
+    if (variant.dropSecurityDefiner) header = header.replace(/ SECURITY DEFINER\b/, '');
+    body = body.replace(calls, `${variant.schema}.$1(`);
+    const text = header + body;
+    if (variant.dropSecurityDefiner && /SECURITY DEFINER/.test(header))
+      throw new Error(`variant ${variant.id}: could not drop SECURITY DEFINER from\n${header}`);
+    if (variant.dropSet && /SET search_path/.test(header))
+      throw new Error(`variant ${variant.id}: could not drop SET search_path from\n${header}`);
+    await client.query(text);
+  }
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+/**
+ * Loads a candidate install script by hand into its own schema of the bench database: every
+ * `lease.` reference (table and functions) becomes `<schema>.`, the `\echo` guard and the
+ * extension-only pg_extension_config_dump call are dropped, `@extschema@` is resolved.
+ */
+async function loadCandidate(client: pg.Client, schema: string, sqlFile: string): Promise<void> {
+  const script = fs
+    .readFileSync(sqlFile, 'utf8')
+    .split('\n')
+    .filter((line) => !/^\s*\\echo/.test(line) && !/pg_extension_config_dump/.test(line))
+    .join('\n')
+    .replaceAll('@extschema@', schema)
+    .replace(/\blease\.(?=[A-Za-z_"])/g, `${schema}.`)
+    .replace(/\bSCHEMA lease\b/g, `SCHEMA ${schema}`);
+  await client.query(`CREATE SCHEMA ${schema}`);
+  await client.query(script);
+}
+
+/** Tables a set of arms writes. */
+export function tablesOf(arms: Arm[]): string[] {
+  return [...new Set(arms.flatMap((arm) => (arm.table ? [arm.table] : [])))];
+}
+
+/**
+ * Puts a workload's keys back to FREE before a run (epoch + 1, so the contract's monotone
+ * epoch holds even here), then vacuums and checkpoints so every run starts from the same
+ * table and WAL state: no dead versions, no pending full-page images.
+ */
+export async function resetForRun(
+  cluster: PgCluster,
+  tables: string[],
+  keyPrefix: string,
+): Promise<void> {
+  await withClient(cluster, BENCH_DATABASE, async (client) => {
+    for (const table of tables) {
+      if (keyPrefix !== 'w3i-') {
+        await client.query(
+          `UPDATE ${table} SET owner = NULL, expires_at = NULL, epoch = epoch + 1
+           WHERE key LIKE $1 AND owner IS NOT NULL`,
+          [keyPrefix + '%'],
+        );
+      }
+      await client.query(`VACUUM ${table}`);
+    }
+    await client.query('CHECKPOINT');
+  });
+}

@@ -1,6 +1,7 @@
 // Generates src/generated/sql.ts from extension/sql, the one source of truth for the SQL that
 // the npm package bundles (for `pg-lease install --from-bundle`). Plain JavaScript so that it
-// runs before tsc, which compiles what it writes.
+// runs before tsc, which compiles what it writes. The output is not kept in git (see
+// src/generated/.gitignore): a committed copy could fall behind the script it copies.
 //
 // Usage: node scripts/generate-sql.mjs [--check]
 //   --check  write nothing; exit 1 if src/generated/sql.ts is not what extension/sql generates.

@@ -8,15 +8,15 @@
  *
  * The contract is specs/SEMANTICS.md; section numbers (§) below refer to it.
  *
- * Security model (§1).  The control file says superuser = false, so the
- * script runs as the role that runs CREATE EXTENSION, and that role owns
- * schema lease, the table and every function ("trusted" changes nothing
- * when superuser is false).  The four API functions are SECURITY DEFINER:
- * they run as that owner, which may well be a superuser.  Every function
- * therefore pins search_path to "pg_catalog, pg_temp" and names every
- * table and function with its schema.  Operators are left unqualified on
- * purpose: with that search_path, operator lookup sees pg_catalog only
- * (pg_temp is never searched for functions or operators), so a caller's
+ * Security model (§1).  The extension is trusted: a role with CREATE on
+ * the database may install it, and this script then runs as the bootstrap
+ * superuser, who owns the table and every function.  So the installing role
+ * reaches the table only through the API, like everyone else.  The four API
+ * functions are SECURITY DEFINER and therefore run as that superuser.  Every
+ * function pins search_path to "pg_catalog, pg_temp" and names every table
+ * and function with its schema.  Operators are left unqualified on purpose:
+ * with that search_path, operator lookup sees pg_catalog only (pg_temp is
+ * never searched for functions or operators), so a caller's
  * public.=(text, text) or similar cannot be picked up;
  * OPERATOR(pg_catalog.=) everywhere would add noise without closing
  * anything further.  Comparisons of key and owner carry an explicit
@@ -25,10 +25,22 @@
  * make 'Worker' equal 'worker') and always able to use the primary key
  * index.
  *
- * Internal calls pass arguments of exactly the declared types (literals
- * and NULLs are cast).  Function resolution takes an exact match first, so
- * an overload that a role with CREATE on schema lease might add later is
- * never chosen in place of the extension's own helper.
+ * CREATE EXTENSION creates schema lease as the installing role, before this
+ * script runs.  The script takes the schema over (below): its owner could
+ * otherwise rename it and plant look-alikes under the name lease, which the
+ * PL/pgSQL bodies, resolving names at run time, would then call with
+ * superuser rights.  It also refuses a schema lease that already holds
+ * objects.
+ *
+ * Internal calls also pass arguments of exactly the declared types
+ * (literals and NULLs are cast): function resolution takes an exact match
+ * first, so no overload could ever be chosen in place of the extension's
+ * own helper.
+ *
+ * The table is not registered with pg_extension_config_dump: its owner is a
+ * superuser, so the installing role's own pg_dump could not read it and
+ * would fail.  A logical dump therefore restores an empty lease table, like
+ * a re-install (§1).
  *
  * Time (§2).  Each call reads clock_timestamp() once into v_now (a blocking
  * acquire once per attempt); every state test uses that value.  A grant is
@@ -38,8 +50,27 @@
  * The internal helpers (prefix "_") are not executable by PUBLIC.
  */
 
--- The schema itself is created by CREATE EXTENSION (control file: schema).
--- Callers need USAGE to reach the API functions; the table stays closed.
+-- CREATE EXTENSION made schema lease (control file: schema) as the
+-- installing role, or found it.  Accept it only empty: nothing placed there
+-- beforehand may share a name with what follows (see the header).
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_class
+                WHERE relnamespace = 'lease'::pg_catalog.regnamespace)
+       OR EXISTS (SELECT FROM pg_catalog.pg_proc
+                   WHERE pronamespace = 'lease'::pg_catalog.regnamespace) THEN
+        RAISE EXCEPTION 'pg_lease: schema lease already contains objects'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'CREATE EXTENSION pg_lease needs schema lease to be empty or absent.';
+    END IF;
+END
+$$;
+
+-- Whoever owns schema lease can rename it and create objects in it, so it
+-- must be the role that owns the functions.  (When a superuser installs,
+-- this changes nothing.)  Callers get USAGE to reach the API; the table
+-- stays closed.
+ALTER SCHEMA lease OWNER TO CURRENT_USER;
 GRANT USAGE ON SCHEMA lease TO PUBLIC;
 
 /*
@@ -73,11 +104,6 @@ CREATE TABLE lease.leases (
 
 -- Nobody but the functions below reads or writes the table (§1).
 REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
-
--- Let pg_dump carry lease state, epochs above all: a logical restore must
--- not restart fencing at epoch 1 (I2).  The table's owner, the installing
--- role, can read it, so its pg_dump keeps working.
-SELECT pg_catalog.pg_extension_config_dump('lease.leases', '');
 
 COMMENT ON TABLE lease.leases IS
     'pg_lease internal state: one row per key ever granted; use the lease.* functions, never this table';

@@ -1,10 +1,12 @@
 --
 -- pg_lease: installation, privileges and search_path safety (SEMANTICS.md §1)
 --
--- The control file says superuser = false: a role with CREATE on the
--- database installs the extension and owns everything in schema lease.
--- The API functions are SECURITY DEFINER and run as that owner, so nothing
--- a caller places on its search_path or in pg_temp may run in their place.
+-- The extension is trusted: a role with CREATE on the database installs it,
+-- and the install script runs as the bootstrap superuser (OID 10), which
+-- owns the schema, the table and the functions.  The API functions are
+-- SECURITY DEFINER and so run as that superuser: nothing a caller places on
+-- its search_path or in pg_temp, and nothing the installer places in or
+-- around schema lease, may run in their place.
 --
 \set SHOW_CONTEXT never
 \set VERBOSITY default
@@ -23,26 +25,25 @@ CREATE EXTENSION pg_lease;
 RESET ROLE;
 
 SELECT e.extname, e.extversion, e.extowner::regrole AS extension_owner,
-       n.nspname AS schema, n.nspowner::regrole AS schema_owner, e.extrelocatable
+       n.nspname AS schema, n.nspowner = 10 AS schema_owned_by_bootstrap_superuser,
+       e.extrelocatable
   FROM pg_extension AS e
   JOIN pg_namespace AS n ON n.oid = e.extnamespace
  WHERE e.extname = 'pg_lease';
 
--- one table, owned by the installer, indexed by its primary key only,
--- registered so that pg_dump carries its rows
-SELECT c.oid::regclass AS relation, c.relowner::regrole AS owner, c.reloptions,
+-- one table, indexed by its primary key only
+SELECT c.oid::regclass AS relation, c.relowner = 10 AS owned_by_bootstrap_superuser,
+       c.reloptions,
        (SELECT array_agg(i.indexrelid::regclass) FROM pg_index AS i
          WHERE i.indrelid = c.oid) AS indexes,
-       c.oid = ANY (e.extconfig) AS dumped_by_pg_dump,
        obj_description(c.oid, 'pg_class') IS NOT NULL AS documented
-  FROM pg_class AS c, pg_extension AS e
- WHERE c.relnamespace = 'lease'::regnamespace AND c.relkind = 'r'
-   AND e.extname = 'pg_lease';
+  FROM pg_class AS c
+ WHERE c.relnamespace = 'lease'::regnamespace AND c.relkind = 'r';
 
 -- the API is SECURITY DEFINER, executable by anyone and documented; the
 -- helpers are neither; every function pins search_path
 SELECT p.oid::regprocedure AS function,
-       p.proowner::regrole AS owner,
+       p.proowner = 10 AS owned_by_bootstrap_superuser,
        p.prosecdef AS security_definer,
        p.provolatile AS volatility,
        p.proconfig,
@@ -53,9 +54,12 @@ SELECT p.oid::regprocedure AS function,
  ORDER BY p.proname;
 
 --
--- PUBLIC may call the API but cannot touch the table or the helpers
+-- Neither PUBLIC nor the installer may touch the table or the helpers;
+-- PUBLIC may call the API
 --
-SELECT priv, has_table_privilege('regress_lease_app', 'lease.leases', priv) AS app
+SELECT priv,
+       has_table_privilege('regress_lease_app', 'lease.leases', priv) AS app,
+       has_table_privilege('regress_lease_installer', 'lease.leases', priv) AS installer
   FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE',
                     'REFERENCES', 'TRIGGER']) AS priv;
 
@@ -73,7 +77,18 @@ SELECT * FROM lease._acquire_attempt('job-1', 'app', interval '1 hour');
 SELECT * FROM lease._acquire_attempt_bounded('job-1', 'app', interval '1 hour', 10);
 SELECT lease._refusal('job-1', 'app', 1, now());
 SELECT lease._has_negative_field(interval '1 day');
+SELECT lease._require_read_write('acquire');
 CREATE FUNCTION lease.sneaky() RETURNS int LANGUAGE sql AS 'SELECT 1';
+RESET ROLE;
+
+SET ROLE regress_lease_installer;
+SELECT * FROM lease.leases;
+UPDATE lease.leases SET epoch = 1;
+SELECT lease._validate('acquire', 'k', 'o', NULL, interval '1 hour', interval '0');
+-- the installer no longer owns the schema: it can neither add objects to
+-- it nor move it aside to plant look-alikes under its name
+CREATE FUNCTION lease.sneaky() RETURNS int LANGUAGE sql AS 'SELECT 1';
+ALTER SCHEMA lease RENAME TO lease_moved;
 RESET ROLE;
 
 --
@@ -81,8 +96,8 @@ RESET ROLE;
 -- placed before pg_catalog and in pg_temp, an "=" for text that calls
 -- everything equal and a "<" for timestamptz that calls everything
 -- earlier, and tables named leases.  Had any of them run inside the API,
--- it would have printed a NOTICE and handed the intruder the lease table
--- with the owner's rights, or granted it job-1.  A new session makes sure
+-- it would have printed a NOTICE, handed the intruder the lease table and
+-- made it superuser, or granted it job-1.  A new session makes sure
 -- no plan cached by the calls above is reused.
 --
 CREATE SCHEMA regress_hostile AUTHORIZATION regress_lease_intruder;
@@ -94,6 +109,7 @@ CREATE FUNCTION regress_hostile.escalate(what text) RETURNS void
 BEGIN
     RAISE NOTICE 'hostile % ran as %', what, current_user;
     EXECUTE 'GRANT ALL ON TABLE lease.leases TO regress_lease_intruder';
+    EXECUTE 'ALTER ROLE regress_lease_intruder SUPERUSER';
 END $$;
 CREATE FUNCTION regress_hostile.always_equal(text, text) RETURNS boolean
     LANGUAGE plpgsql AS $$
@@ -171,7 +187,8 @@ RESET ROLE;
 -- end the intruder's session, and with it its temporary objects
 \connect -
 SELECT has_table_privilege('regress_lease_intruder', 'lease.leases', 'SELECT') AS intruder_reads_table,
-       has_table_privilege('regress_lease_intruder', 'lease.leases', 'UPDATE') AS intruder_writes_table;
+       has_table_privilege('regress_lease_intruder', 'lease.leases', 'UPDATE') AS intruder_writes_table,
+       (SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_lease_intruder') AS intruder_is_superuser;
 SELECT key, owner, epoch FROM lease.leases ORDER BY key;
 
 --
@@ -192,7 +209,7 @@ DROP COLLATION regress_lease_ci;
 --
 -- DROP EXTENSION removes all lease state; a re-install starts at epoch 1.
 -- The schema was created by CREATE EXTENSION and is not a member, so it
--- stays behind, empty, until dropped.
+-- stays behind, empty; the installer can install into it again.
 --
 SELECT held, owner, epoch FROM lease.inspect('job-1');
 SET ROLE regress_lease_installer;
@@ -200,16 +217,28 @@ DROP EXTENSION pg_lease;
 SELECT count(*) AS relations_left, (SELECT count(*) FROM pg_proc
                                      WHERE pronamespace = 'lease'::regnamespace) AS functions_left
   FROM pg_class WHERE relnamespace = 'lease'::regnamespace;
-DROP SCHEMA lease;
 CREATE EXTENSION pg_lease;
 RESET ROLE;
 SELECT * FROM lease.inspect('job-1');
 SELECT acquired, epoch FROM lease.acquire('job-1', 'app', interval '1 hour');
 
+--
+-- A schema lease prepared beforehand is refused: nothing planted there can
+-- end up next to the extension's own objects
+--
 SET ROLE regress_lease_installer;
 DROP EXTENSION pg_lease;
-DROP SCHEMA lease;
 RESET ROLE;
+DROP SCHEMA lease;
+SET ROLE regress_lease_installer;
+CREATE SCHEMA lease;
+CREATE FUNCTION lease._validate(text, text, text, text, interval, interval) RETURNS void
+    LANGUAGE sql AS 'SELECT';
+CREATE EXTENSION pg_lease;
+DROP SCHEMA lease CASCADE;
+RESET ROLE;
+SELECT count(*) AS pg_lease_installed FROM pg_extension WHERE extname = 'pg_lease';
+
 SET client_min_messages = warning;
 DROP SCHEMA regress_hostile CASCADE;
 RESET client_min_messages;

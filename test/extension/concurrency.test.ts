@@ -46,11 +46,17 @@ async function prepare(db: Queryable, key: string, state: KeyState): Promise<big
   return granted.epoch! + 1n;
 }
 
-async function assertAcquireTimedOut(step: Step<Acquired>, key: string): Promise<void> {
+async function assertAcquireTimedOut(
+  step: Step<Acquired>,
+  key: string,
+  wait: string,
+): Promise<void> {
   const error = await step.error();
   assert.equal(error.code, '57014', `expected 57014, got ${error.code}: ${error.message}`);
   assert.equal(error.message, 'pg_lease: acquire timed out');
   assert.ok(error.detail?.includes(key), `DETAIL must name the key: ${error.detail}`);
+  const { rows } = await db.pool.query('SELECT $1::interval::text AS wait', [wait]);
+  assert.ok(error.detail?.includes(rows[0].wait), `DETAIL must name the wait: ${error.detail}`);
 }
 
 describe('concurrent acquires: exactly one winner', { concurrency: true }, () => {
@@ -319,6 +325,33 @@ describe('waiting acquires', { concurrency: true }, () => {
     assert.equal(result.epoch, expected);
   });
 
+  test('a wait-0 acquire never sleeps', async () => {
+    await using iso = await Isolation.open(db.url, ['denied']);
+    const { denied } = iso.named;
+    const key = uniqueKey('wait0-no-sleep');
+    await acquire(db.pool, key, 'worker-a', '1 minute');
+    // 300 denied calls in one statement: a poll interval slept even once per call would keep
+    // the backend in a PgSleep wait for seconds, where the monitor cannot miss it.
+    const many = denied.start(
+      `SELECT count(*) FILTER (WHERE a.acquired) AS granted, count(*) AS calls
+         FROM generate_series(1, 300) AS i
+         CROSS JOIN LATERAL lease.acquire($1 || repeat('', i), 'worker-b', interval '1 minute', interval '0') AS a`,
+      [key],
+    );
+    const sleeps: string[] = [];
+    while (!many.settled) {
+      const { rows } = await iso.monitor.query(
+        `SELECT wait_event FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Timeout'`,
+        [denied.pid],
+      );
+      if (rows.length > 0) sleeps.push(rows[0].wait_event);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    const { rows } = await many.result();
+    assert.deepEqual(rows, [{ granted: '0', calls: '300' }]);
+    assert.deepEqual(sleeps, [], 'a wait-0 acquire was seen sleeping');
+  });
+
   const lockHolders: {
     name: string;
     lock(session: Queryable, key: string): Promise<void>;
@@ -368,7 +401,7 @@ describe('waiting acquires', { concurrency: true }, () => {
       const key = uniqueKey('bounded-wait');
       await holder.lock(locker, key);
       const waiting = waiter.start(acquireCall(key, 'worker-b', '1 minute', '1 second'));
-      await assertAcquireTimedOut(waiting, key);
+      await assertAcquireTimedOut(waiting, key, '1 second');
       assert.ok(waiting.elapsedMs >= 980, `gave up after ${waiting.elapsedMs} ms, before the wait`);
       assert.ok(waiting.elapsedMs < 4_000, `a 1 s wait took ${waiting.elapsedMs} ms`);
       await locker.query('COMMIT');
@@ -483,7 +516,7 @@ describe('distinct keys never interact', { concurrency: true }, () => {
     assert.equal((await onB.run(renewCall(keyB, 'worker-b', b.epoch, '1 minute'))).status, 'ok');
     assert.equal((await onB.run(releaseCall(keyB, 'worker-b', b.epoch))).status, 'ok');
     assert.equal(waiting.settled, false, 'the waiter on A still waits');
-    await assertAcquireTimedOut(waiting, keyA);
+    await assertAcquireTimedOut(waiting, keyA, '3 seconds');
   });
 
   test('operations on keys sharing a prefix or differing in case are independent', async () => {

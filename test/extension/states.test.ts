@@ -173,7 +173,11 @@ describe('acquire, by the state the key is in', { concurrency: true }, () => {
     assert.equal(error.code, '57014');
     assert.equal(error.message, 'pg_lease: acquire timed out');
     assert.ok(error.detail?.includes(key), `DETAIL must name the key: ${error.detail}`);
-    assert.match(error.detail ?? '', /wait/i, 'DETAIL must name the wait');
+    const { rows } = await db.pool.query(`SELECT interval '400 milliseconds'::text AS wait`);
+    assert.ok(
+      error.detail?.includes(rows[0].wait),
+      `DETAIL must name the wait (${rows[0].wait}): ${error.detail}`,
+    );
     assert.ok(elapsed >= 380, `timed out after ${elapsed} ms, before the 400 ms wait passed`);
     assert.ok(elapsed < 10_000, `a 400 ms wait took ${elapsed} ms`);
     assert.deepEqual(await storedRow(db.pool, key), rowBefore, 'a timed-out acquire changes nothing');
@@ -288,6 +292,96 @@ describe('server-time expiry', { concurrency: true }, () => {
       client.release();
     }
     assert.ok(heldSeen > 0 && lapsedSeen > 0, 'both sides of the expiry were observed');
+  });
+
+  /*
+   * Exclusive expiry at the exact microsecond. No client can choose the server instant of a call,
+   * so these tests make many grant-then-call pairs inside one statement (the second call of a
+   * pair runs a few microseconds after the first), with a ttl tuned to that gap so that many
+   * second calls land within a microsecond of expires_at. A call that reveals its own `now`
+   * (a renew's or a grant's new expiry minus its ttl) then shows on which side of expires_at it
+   * ran.
+   */
+  const PAIRS_PER_STATEMENT = 400;
+  const SAMPLING_BUDGET_MS = 6_000;
+
+  async function medianGap(prefix: string, firstTtl: string, second: string): Promise<bigint> {
+    const { rows } = await db.pool.query(
+      `SELECT ${micros('a.expires_at')} AS first_expiry, ${micros('b.expires_at')} AS second_expiry
+         FROM generate_series(1, 200) AS i
+         CROSS JOIN LATERAL lease.acquire($1 || ':' || i, 'worker-a', $2::interval) AS a
+         CROSS JOIN LATERAL ${second} AS b`,
+      [prefix, firstTtl],
+    );
+    const firstTtlUs = await intervalMicros(db.pool, firstTtl);
+    const gaps = rows
+      .filter((row) => row.second_expiry !== null)
+      .map((row) => BigInt(row.second_expiry) - 60n * SECOND - (BigInt(row.first_expiry) - firstTtlUs))
+      .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    assert.ok(gaps.length > 0, 'calibration observed no second call');
+    const median = gaps[gaps.length >> 1]!;
+    return median > 0n ? median : 1n;
+  }
+
+  test('a renew at exactly expires_at reports lapsed (sampled at microsecond resolution)', async (t) => {
+    const renewSecond = `lease.renew($1 || ':' || i, 'worker-a', a.epoch, interval '1 minute')`;
+    const gap = await medianGap(uniqueKey('exact-renew-cal'), '1 minute', renewSecond);
+    let oks = 0;
+    let justBefore = 0;
+    const started = performance.now();
+    while (performance.now() - started < SAMPLING_BUDGET_MS && justBefore < 40) {
+      const { rows } = await db.pool.query(
+        `SELECT ${micros('a.expires_at')} AS x, b.status, ${micros('b.expires_at')} AS renewed
+           FROM generate_series(1, ${PAIRS_PER_STATEMENT}) AS i
+           CROSS JOIN LATERAL lease.acquire($1 || ':' || i, 'worker-a', $2::interval) AS a
+           CROSS JOIN LATERAL ${renewSecond} AS b`,
+        [uniqueKey('exact-renew'), `${gap} microseconds`],
+      );
+      for (const row of rows) {
+        if (row.status !== 'ok') {
+          assert.equal(row.status, 'lapsed');
+          continue;
+        }
+        oks++;
+        const renewNow = BigInt(row.renewed) - 60n * SECOND;
+        const x = BigInt(row.x);
+        assert.ok(renewNow < x, `renew ran at ${renewNow}, not before expires_at ${x}, yet said ok`);
+        if (renewNow === x - 1n) justBefore++;
+      }
+    }
+    assert.ok(oks > 0, 'no renew landed before the expiry at all');
+    t.diagnostic(`ttl ${gap} us; ${oks} ok renews, ${justBefore} of them 1 us before expires_at`);
+  });
+
+  test('a takeover at exactly expires_at is granted (sampled at microsecond resolution)', async (t) => {
+    const takeoverSecond = `lease.acquire(CASE WHEN a.acquired THEN $1 || ':' || i END, 'worker-b', interval '1 minute')`;
+    const gap = await medianGap(uniqueKey('exact-take-cal'), '1 microsecond', takeoverSecond);
+    let atExpiry = 0;
+    let justAfter = 0;
+    const started = performance.now();
+    while (performance.now() - started < SAMPLING_BUDGET_MS && atExpiry + justAfter < 40) {
+      const { rows } = await db.pool.query(
+        `SELECT ${micros('a.expires_at')} AS x, b.acquired, ${micros('b.expires_at')} AS granted
+           FROM generate_series(1, ${PAIRS_PER_STATEMENT}) AS i
+           CROSS JOIN LATERAL lease.acquire($1 || ':' || i, 'worker-a', $2::interval) AS a
+           CROSS JOIN LATERAL ${takeoverSecond} AS b`,
+        [uniqueKey('exact-take'), `${gap} microseconds`],
+      );
+      for (const row of rows) {
+        if (!row.acquired) continue;
+        const takeoverNow = BigInt(row.granted) - 60n * SECOND;
+        const x = BigInt(row.x);
+        assert.ok(takeoverNow >= x, `granted at ${takeoverNow} while held until ${x}`);
+        if (takeoverNow === x) atExpiry++;
+        if (takeoverNow === x + 1n) justAfter++;
+      }
+    }
+    t.diagnostic(`ttl ${gap} us; takeovers at expires_at: ${atExpiry}, 1 us after: ${justAfter}`);
+    // Landing exactly on expires_at is about as likely as landing 1 us later. If dozens of
+    // takeovers came 1 us late and none on the instant itself, the instant counts as held.
+    if (atExpiry + justAfter >= 40) {
+      assert.ok(atExpiry > 0, `${justAfter} takeovers 1 us after expires_at, none at it`);
+    }
   });
 
   test('a one-microsecond lease has lapsed by the next statement', async () => {

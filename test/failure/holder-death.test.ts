@@ -22,7 +22,7 @@ import {
 } from './support/sessions.js';
 
 /** Long enough that a check right after the holder's death is surely before the expiry. */
-const TTL = '3 seconds';
+const TTL = '4 seconds';
 
 const holdLeaseFixture = path.join(
   path.dirname(fileURLToPath(import.meta.url)),

@@ -226,7 +226,10 @@ export function stageInstallation(installation: PgInstallation): PgInstallation 
   for (const file of files) hash.update(path.basename(file)).update(fs.readFileSync(file));
   const key = hash.digest('hex').slice(0, 16);
 
-  const stageRoot = process.env.PG_LEASE_STAGE_DIR ?? path.join(os.tmpdir(), 'pg-lease-builds');
+  // One stage dir per user: a copy made by root is not writable by a later normal-user run.
+  const stageRoot =
+    process.env.PG_LEASE_STAGE_DIR ??
+    path.join(os.tmpdir(), `pg-lease-builds-${os.userInfo().uid}`);
   fs.mkdirSync(stageRoot, { recursive: true, mode: 0o755 });
   const target = path.join(stageRoot, `pg${installation.major}-${key}`);
 

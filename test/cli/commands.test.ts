@@ -1,15 +1,16 @@
+import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { LeaseClient } from '../../src/index.js';
 import type { TestDatabase } from '../support/database.js';
-import { uniqueKey, openTestDatabase } from '../client/helpers.js';
+import { uniqueKey } from '../client/helpers.js';
 import { parseJson, runCli } from './helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;
 
 before(async () => {
-  db = await openTestDatabase();
+  db = await createTestDatabase();
   client = new LeaseClient(db.pool);
 });
 after(() => db.close());

@@ -1,14 +1,15 @@
+import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import * as net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import type { TestDatabase } from '../support/database.js';
-import { openTestDatabase } from '../client/helpers.js';
+
 import { runCli, type CliResult } from './helpers.js';
 
 let db: TestDatabase;
 
 before(async () => {
-  db = await openTestDatabase({ extension: false });
+  db = await createTestDatabase({ extension: false });
 });
 after(() => db.close());
 

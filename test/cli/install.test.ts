@@ -1,17 +1,18 @@
+import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { LeaseClient } from '../../src/index.js';
 import type { TestDatabase } from '../support/database.js';
-import { openTestDatabase } from '../client/helpers.js';
+
 import { parseJson, runCli } from './helpers.js';
 
 let viaExtension: TestDatabase;
 let viaBundle: TestDatabase;
 
 before(async () => {
-  viaExtension = await openTestDatabase({ extension: false });
-  viaBundle = await openTestDatabase({ extension: false });
+  viaExtension = await createTestDatabase({ extension: false });
+  viaBundle = await createTestDatabase({ extension: false });
 });
 after(async () => {
   await viaExtension.close();
@@ -98,7 +99,7 @@ describe('pg-lease install', () => {
   });
 
   test('--from-bundle refuses a schema named lease that it did not create', async () => {
-    const other = await openTestDatabase({ extension: false });
+    const other = await createTestDatabase({ extension: false });
     try {
       await other.pool.query('CREATE SCHEMA lease');
       const result = await runCli(['install', '--url', other.url, '--from-bundle']);

@@ -1,3 +1,4 @@
+import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
@@ -9,13 +10,13 @@ import {
   SQLSTATE,
 } from '../../src/index.js';
 import type { TestDatabase } from '../support/database.js';
-import { uniqueKey, waitFor, openTestDatabase } from './helpers.js';
+import { uniqueKey, waitFor } from './helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;
 
 before(async () => {
-  db = await openTestDatabase();
+  db = await createTestDatabase();
   client = new LeaseClient(db.pool);
 });
 after(() => db.close());
@@ -102,7 +103,7 @@ describe('errors', () => {
   });
 
   test('errors the client does not know are rethrown untouched', async () => {
-    const bare = await openTestDatabase({ extension: false });
+    const bare = await createTestDatabase({ extension: false });
     try {
       const error = await new LeaseClient(bare.pool).acquire(uniqueKey(), { ttl: '30s' }).then(
         () => assert.fail('acquired without pg_lease installed'),

@@ -3,7 +3,6 @@
  */
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
 /** Polls `condition` until it holds; fails the test after `timeoutMs`. */
 export async function waitFor(
@@ -40,15 +39,4 @@ export async function abortReason(signal: AbortSignal, timeoutMs = 20_000): Prom
 let keys = 0;
 export function uniqueKey(prefix = 'key'): string {
   return `${prefix}-${process.pid}-${++keys}`;
-}
-
-/**
- * {@link createTestDatabase} with an error listener on its pool: close() ends the pool and then
- * drops the database WITH (FORCE), which can reach a connection that is still closing. That
- * error is expected and must not surface as an uncaught exception of the test file.
- */
-export async function openTestDatabase(options?: { extension?: boolean }): Promise<TestDatabase> {
-  const db = await createTestDatabase(options);
-  db.pool.on('error', () => undefined);
-  return db;
 }

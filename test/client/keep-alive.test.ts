@@ -1,3 +1,4 @@
+import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
@@ -5,13 +6,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { LeaseClient, LeaseLostError } from '../../src/index.js';
 import type { TestDatabase } from '../support/database.js';
-import { abortReason, uniqueKey, waitFor, openTestDatabase } from './helpers.js';
+import { abortReason, uniqueKey, waitFor } from './helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;
 
 before(async () => {
-  db = await openTestDatabase();
+  db = await createTestDatabase();
   client = new LeaseClient(db.pool);
 });
 after(() => db.close());

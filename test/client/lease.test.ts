@@ -1,3 +1,4 @@
+import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
@@ -9,13 +10,13 @@ import {
   type Lease,
 } from '../../src/index.js';
 import type { TestDatabase } from '../support/database.js';
-import { uniqueKey, waitFor, openTestDatabase } from './helpers.js';
+import { uniqueKey, waitFor } from './helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;
 
 before(async () => {
-  db = await openTestDatabase();
+  db = await createTestDatabase();
   client = new LeaseClient(db.pool);
 });
 after(() => db.close());

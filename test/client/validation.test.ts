@@ -1,3 +1,4 @@
+import { createTestDatabase } from '../support/database.js';
 /**
  * The client checks input with the server's rules before sending, and must say exactly what the
  * server would: each case here runs through the client and, as raw SQL, through the server.
@@ -15,13 +16,12 @@ import {
 import { parseIntervalFields } from '../../src/duration.js';
 import { translateError } from '../../src/errors.js';
 import type { TestDatabase } from '../support/database.js';
-import { openTestDatabase } from './helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;
 
 before(async () => {
-  db = await openTestDatabase();
+  db = await createTestDatabase();
   client = new LeaseClient(db.pool);
 });
 after(() => db.close());

@@ -50,6 +50,9 @@ export async function createTestDatabase(
     }
   }
   const pool = new pg.Pool({ connectionString: url, max: 20 });
+  // close() ends the pool and then drops the database WITH (FORCE); pg-pool resolves end()
+  // before every socket has closed, so an idle connection may still be terminated by the drop.
+  pool.on('error', () => undefined);
   return {
     url,
     urlAs: (user) => {

@@ -234,20 +234,30 @@ $function$;
 REVOKE ALL ON FUNCTION lease._validate(text, text, text, bigint, interval, interval) FROM PUBLIC;
 
 /*
- * lease._require_read_write: acquire, renew and release refuse to run in a
- * read-only transaction, which includes every transaction on a hot standby.
+ * lease._begin_write: the preconditions of acquire, renew and release on the
+ * transaction they run in (§5, I10).
  *
- * renew and release would fail there anyway, at their UPDATE.  acquire
- * would not always: a denied or same-owner acquire writes nothing, so on a
- * lagging standby it could confirm a grant that the primary has already
- * released and handed on.  Failing closed keeps one answer everywhere: the
- * writing API runs on the primary only.  inspect stays available, being
- * advisory.
+ * Read-only transactions, which include every transaction on a hot standby,
+ * are refused.  renew and release would fail there anyway, at their UPDATE.
+ * acquire would not always: a denied or same-owner acquire writes nothing,
+ * so on a lagging standby it could confirm a grant that the primary has
+ * already released and handed on.  Failing closed keeps one answer
+ * everywhere: the writing API runs on the primary only.  inspect stays
+ * available, being advisory.
+ *
+ * Commits must be durable.  With synchronous_commit = off a crash can lose a
+ * grant or release the client already saw committed; recovery would then
+ * hand the same epoch out a second time and fencing would be void (I2, I3,
+ * I10).  So for a caller that turned it off, synchronous_commit goes back to
+ * 'local' for the rest of the transaction (set_config with is_local = true:
+ * the caller's session setting returns when the transaction ends).  'local'
+ * is the weakest setting that flushes the commit record before reporting
+ * success; stronger settings are left alone.
  */
-CREATE FUNCTION lease._require_read_write(p_function text)
+CREATE FUNCTION lease._begin_write(p_function text)
     RETURNS void
     LANGUAGE plpgsql
-    STABLE
+    VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $function$
 BEGIN
@@ -257,10 +267,13 @@ BEGIN
                   DETAIL = 'transaction_read_only is on: a READ ONLY transaction, or a hot standby.',
                   HINT = 'Call it on the primary, outside READ ONLY transactions.';
     END IF;
+    IF pg_catalog.current_setting('synchronous_commit') = 'off' THEN
+        PERFORM pg_catalog.set_config('synchronous_commit', 'local', true);
+    END IF;
 END;
 $function$;
 
-REVOKE ALL ON FUNCTION lease._require_read_write(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._begin_write(text) FROM PUBLIC;
 
 /*
  * lease._acquire_attempt: one acquire attempt (§4 acquire table, §5).
@@ -526,7 +539,7 @@ DECLARE
     v_locked    boolean;
 BEGIN
     PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
-    PERFORM lease._require_read_write('acquire'::text);
+    PERFORM lease._begin_write('acquire'::text);
 
     IF p_wait = interval '0' THEN
         SELECT a.acquired, a.epoch, a.expires_at
@@ -600,7 +613,7 @@ DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
     PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
-    PERFORM lease._require_read_write('renew'::text);
+    PERFORM lease._begin_write('renew'::text);
 
     LOOP
         UPDATE lease.leases AS l
@@ -649,7 +662,7 @@ DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
     PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
-    PERFORM lease._require_read_write('release'::text);
+    PERFORM lease._begin_write('release'::text);
 
     LOOP
         UPDATE lease.leases AS l

@@ -269,6 +269,29 @@ SELECT held, owner, epoch FROM lease.inspect('job-1');
 RESET default_transaction_read_only;
 \set SHOW_CONTEXT errors
 
+--
+-- A grant or release must survive a crash once its commit returned, or its
+-- epoch could be handed out twice: a session running with asynchronous
+-- commit gets synchronous_commit = local for the transaction that calls
+-- acquire, renew or release, and its own setting back afterwards.
+--
+SET synchronous_commit = off;
+BEGIN;
+SELECT acquired FROM lease.acquire('job-durable', 'worker-a', interval '1 hour');
+SHOW synchronous_commit;
+COMMIT;
+SHOW synchronous_commit;
+BEGIN;
+SELECT status FROM lease.release('job-durable', 'worker-a', 1);
+SHOW synchronous_commit;
+COMMIT;
+SET synchronous_commit = remote_apply;
+BEGIN;
+SELECT acquired FROM lease.acquire('job-durable', 'worker-a', interval '1 hour');
+SHOW synchronous_commit;
+COMMIT;
+RESET synchronous_commit;
+
 SELECT * FROM stored;
 
 DROP VIEW stored, fingerprint;

@@ -77,7 +77,7 @@ SELECT * FROM lease._acquire_attempt('job-1', 'app', interval '1 hour');
 SELECT * FROM lease._acquire_attempt_bounded('job-1', 'app', interval '1 hour', 10);
 SELECT lease._refusal('job-1', 'app', 1, now());
 SELECT lease._has_negative_field(interval '1 day');
-SELECT lease._require_read_write('acquire');
+SELECT lease._begin_write('acquire');
 CREATE FUNCTION lease.sneaky() RETURNS int LANGUAGE sql AS 'SELECT 1';
 RESET ROLE;
 

@@ -10,7 +10,7 @@ import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { TestDatabase } from '../support/database.js';
-import { openSharedDatabase } from './support/shared-database.js';
+import { createTestDatabase } from '../support/database.js';
 import { acquire, inspect, release, renew, type Queryable } from './support/lease-sql.js';
 import {
   backendPid,
@@ -61,7 +61,7 @@ async function assertHeldUntilExpiryThenTakenOver(db: Queryable, grant: HeldGran
 describe('holder death and stall', { concurrency: true }, () => {
   let database: TestDatabase;
   before(async () => {
-    database = await openSharedDatabase();
+    database = await createTestDatabase();
   });
   after(() => database?.close());
 

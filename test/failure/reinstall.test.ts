@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { TestDatabase } from '../support/database.js';
-import { openSharedDatabase } from './support/shared-database.js';
+import { createTestDatabase } from '../support/database.js';
 import { acquire, inspect, release } from './support/lease-sql.js';
 import { rejectsSomehow } from './support/sessions.js';
 
@@ -15,8 +15,8 @@ describe('reinstall and databases', () => {
   let database: TestDatabase;
   let other: TestDatabase;
   before(async () => {
-    database = await openSharedDatabase();
-    other = await openSharedDatabase();
+    database = await createTestDatabase();
+    other = await createTestDatabase();
   });
   after(async () => {
     await database?.close();

@@ -13,7 +13,7 @@ import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { performance } from 'node:perf_hooks';
 import type { TestDatabase } from '../support/database.js';
-import { openSharedDatabase } from './support/shared-database.js';
+import { createTestDatabase } from '../support/database.js';
 import { acquire, release } from './support/lease-sql.js';
 import { backendPid, connect, disconnect, waitUntilWaiting } from './support/sessions.js';
 
@@ -24,7 +24,7 @@ const TTL = '60 seconds';
 
 let database: TestDatabase;
 before(async () => {
-  database = await openSharedDatabase();
+  database = await createTestDatabase();
 });
 after(() => database?.close());
 

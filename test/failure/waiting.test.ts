@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
 import type { TestDatabase } from '../support/database.js';
-import { openSharedDatabase } from './support/shared-database.js';
+import { createTestDatabase } from '../support/database.js';
 import { acquire, inspect, release, renew, type AcquireResult } from './support/lease-sql.js';
 import {
   assertNothingLeftBehind,
@@ -27,7 +27,7 @@ const ADMIN_SHUTDOWN = '57P01';
 describe('interrupted blocking acquire', { concurrency: true }, () => {
   let database: TestDatabase;
   before(async () => {
-    database = await openSharedDatabase();
+    database = await createTestDatabase();
   });
   after(() => database?.close());
 

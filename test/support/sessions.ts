@@ -46,14 +46,18 @@ export class StepBlockedError extends Error {
 
 /** A statement sent to a session; it may still be running. */
 export class Step<T = pg.QueryResult> {
-  readonly startedAt = performance.now();
   #settledAt: number | undefined;
   readonly #promise: Promise<T>;
 
+  /**
+   * @param startedAt `performance.now()` read before the statement was sent: read after, a
+   *   process descheduled in between would make the step look shorter than it was.
+   */
   constructor(
     readonly session: Session,
     readonly description: string,
     promise: Promise<T>,
+    readonly startedAt: number,
   ) {
     this.#promise = promise.finally(() => {
       this.#settledAt = performance.now();
@@ -115,10 +119,11 @@ export class Session implements Queryable {
     const call = typeof textOrCall === 'string' ? undefined : textOrCall;
     const text = call ? call.text : (textOrCall as string);
     const params = call ? call.values : values;
+    const startedAt = performance.now();
     const promise = this.client
       .query(text, params)
       .then((result) => (call ? call.parse(result) : result));
-    const step = new Step<T | pg.QueryResult>(this, `${this.name}: ${text}`, promise);
+    const step = new Step<T | pg.QueryResult>(this, `${this.name}: ${text}`, promise, startedAt);
     this.#pending = step;
     return step;
   }

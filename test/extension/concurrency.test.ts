@@ -98,6 +98,29 @@ describe('concurrent acquires: exactly one winner', { concurrency: true }, () =>
     });
   }
 
+  for (const state of ['never-leased', 'lapsed'] as const) {
+    test(`two racing acquires of a ${state} key by the same owner both report the one grant`, async () => {
+      await using iso = await Isolation.open(db.url, ['s1', 's2']);
+      const { s1, s2 } = iso.named;
+      const key = uniqueKey(`race-same-owner-${state}`);
+      const expected = await prepare(db.pool, key, state);
+
+      await s1.query('BEGIN');
+      const first = await s1.run(acquireCall(key, 'worker-a', '1 minute'));
+      assert.equal(first.epoch, expected);
+      const second = s2.start(acquireCall(key, 'worker-a', '5 minutes', '0'));
+      await iso.untilBlocked(second, s1);
+      await s1.query('COMMIT');
+      assert.deepEqual(await second.result(), first, 'the same grant, not a second one');
+      assert.deepEqual(await inspect(db.pool, key), {
+        held: true,
+        owner: 'worker-a',
+        epoch: expected,
+        expiresAt: first.expiresAt,
+      });
+    });
+  }
+
   test('N clients racing under Promise.all: exactly one winner per round, epochs strictly increasing', async () => {
     const clients = 8;
     const rounds = 12;

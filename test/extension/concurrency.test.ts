@@ -7,8 +7,7 @@
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
-import type { TestDatabase } from '../support/database.js';
-import { createQuietTestDatabase } from '../support/quiet-database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import {
   acquire,
   acquireCall,
@@ -28,7 +27,7 @@ import { Isolation, type Session, type Step } from '../support/sessions.js';
 
 let db: TestDatabase;
 before(async () => {
-  db = await createQuietTestDatabase();
+  db = await createTestDatabase();
 });
 after(() => db.close());
 

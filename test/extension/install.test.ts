@@ -8,8 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { PACKAGE_ROOT } from '../../src/testing/installation.js';
-import type { TestDatabase } from '../support/database.js';
-import { createQuietTestDatabase } from '../support/quiet-database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { acquire, inspect, leaseTable, pgError, release } from '../support/lease-calls.js';
 import { createRole, type TestRole } from '../support/roles.js';
 
@@ -32,7 +31,7 @@ const API = [
 describe('what CREATE EXTENSION makes', () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createQuietTestDatabase();
+    db = await createTestDatabase();
   });
   after(() => db.close());
 
@@ -134,7 +133,7 @@ describe('install by a non-superuser', () => {
   let db: TestDatabase;
   let installer: TestRole;
   before(async () => {
-    db = await createQuietTestDatabase({ extension: false });
+    db = await createTestDatabase({ extension: false });
     installer = await createRole(db, 'GRANT CREATE ON DATABASE %D TO %I');
   });
   after(async () => {
@@ -279,7 +278,7 @@ describe('install by a non-superuser', () => {
 describe('DROP EXTENSION', () => {
   let db: TestDatabase;
   before(async () => {
-    db = await createQuietTestDatabase();
+    db = await createTestDatabase();
   });
   after(() => db.close());
 

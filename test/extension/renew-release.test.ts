@@ -4,8 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { TestDatabase } from '../support/database.js';
-import { createQuietTestDatabase } from '../support/quiet-database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import {
   acquire,
   inspect,
@@ -22,7 +21,7 @@ const SECOND = 1_000_000n;
 
 let db: TestDatabase;
 before(async () => {
-  db = await createQuietTestDatabase();
+  db = await createTestDatabase();
 });
 after(() => db.close());
 

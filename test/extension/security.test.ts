@@ -7,8 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
-import type { TestDatabase } from '../support/database.js';
-import { createQuietTestDatabase } from '../support/quiet-database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import {
   acquire,
   inspect,
@@ -30,7 +29,7 @@ const API = [
 let db: TestDatabase;
 let stranger: TestRole;
 before(async () => {
-  db = await createQuietTestDatabase();
+  db = await createTestDatabase();
   stranger = await createRole(db);
 });
 after(async () => {

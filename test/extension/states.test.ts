@@ -5,8 +5,7 @@
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
-import type { TestDatabase } from '../support/database.js';
-import { createQuietTestDatabase } from '../support/quiet-database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import {
   acquire,
   inspect,
@@ -25,7 +24,7 @@ const SECOND = 1_000_000n;
 
 let db: TestDatabase;
 before(async () => {
-  db = await createQuietTestDatabase();
+  db = await createTestDatabase();
 });
 after(() => db.close());
 

@@ -5,8 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
-import type { TestDatabase } from '../support/database.js';
-import { createQuietTestDatabase } from '../support/quiet-database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import {
   acquire,
   allRows,
@@ -21,7 +20,7 @@ import {
 
 let db: TestDatabase;
 before(async () => {
-  db = await createQuietTestDatabase();
+  db = await createTestDatabase();
 });
 after(() => db.close());
 

@@ -10,8 +10,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
-import type { TestDatabase } from '../support/database.js';
-import { createQuietTestDatabase } from '../support/quiet-database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import {
   acquire,
   allRows,
@@ -50,7 +49,7 @@ let heldEpoch: bigint;
 let infiniteIntervals = false;
 
 before(async () => {
-  db = await createQuietTestDatabase();
+  db = await createTestDatabase();
   heldKey = uniqueKey('validation-held');
   const granted = await acquire(db.pool, heldKey, 'worker-a', '10 minutes');
   heldEpoch = granted.epoch!;

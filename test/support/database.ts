@@ -51,8 +51,10 @@ export async function createTestDatabase(
   }
   const pool = new pg.Pool({ connectionString: url, max: 20 });
   // close() ends the pool and then drops the database WITH (FORCE); pg-pool resolves end()
-  // before every socket has closed, so an idle connection may still be terminated by the drop.
+  // before every socket has closed, so a connection may still be terminated by the drop. That
+  // error is expected and must not surface as an uncaught exception of the test file.
   pool.on('error', () => undefined);
+  pool.on('connect', (client) => client.on('error', () => undefined));
   return {
     url,
     urlAs: (user) => {

@@ -60,6 +60,12 @@ export interface RunRecord {
   /** pgbench's TPS (`run`), or clients / mean latency (`transaction`). */
   tps: number;
   processed: number;
+  /**
+   * CPU time all server processes used per pgbench transaction (runs of a single arm only;
+   * Linux). Waiting for a core does not count, so this stays meaningful on a busy machine:
+   * in a CPU-bound run the TPS ratio of two arms tends to the inverse of this ratio.
+   */
+  serverCpuUsPerTransaction?: number;
   /** 1-minute load average just before the run: how busy the shared machine was. */
   loadAverage: number;
   startedAt: string;
@@ -72,6 +78,41 @@ export interface RunRecord {
   tableShared?: boolean;
   /** Archived (subsampled, gzipped) log, relative to the results folder. */
   logFile: string;
+}
+
+/** Linux clock ticks are 100 Hz on every mainstream kernel configuration (USER_HZ). */
+const TICK_US = 10_000;
+
+/**
+ * CPU time, in clock ticks, of the server so far: the postmaster's own and reaped children's
+ * (utime, stime, cutime, cstime in /proc/<pid>/stat) plus every live child's. Undefined off
+ * Linux or while the server is down.
+ */
+export function serverCpuTicks(cluster: PgCluster): number | undefined {
+  const postmaster = cluster.pid;
+  if (postmaster === undefined) return undefined;
+  const fields = (pid: number | string) => {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name, which may contain spaces: state is field 3.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  };
+  try {
+    const own = fields(postmaster);
+    // utime=14, stime=15, cutime=16, cstime=17 (1-based); own[0] is field 3.
+    let ticks = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
+    for (const entry of fs.readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const child = fields(entry);
+        if (Number(child[1]) === postmaster) ticks += Number(child[11]) + Number(child[12]);
+      } catch {
+        // exited while we looked
+      }
+    }
+    return ticks;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Writes the arm's script for a workload into the results folder and returns its path. */
@@ -232,6 +273,7 @@ async function pgbenchRun(
   const tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-bench-log-'));
   const startedAt = new Date().toISOString();
   const loadAverage = os.loadavg()[0]!;
+  const cpuBefore = serverCpuTicks(context.cluster);
   const defines = Object.assign({}, ...arms.map((arm) => armDefines(workload, arm))) as Record<
     string,
     string | number
@@ -254,6 +296,11 @@ async function pgbenchRun(
     `### ${name} (${startedAt})\n${result.stdout.trim()}\n\n`,
   );
 
+  // Backends are reaped (and their CPU added to the postmaster's children time) once they
+  // are gone from pg_stat_activity.
+  await settle(context.cluster, async () => null);
+  await sleep(100);
+  const cpuAfter = serverCpuTicks(context.cluster);
   const after = await (async () => {
     if (measureTable) await settle(context.cluster, countersOf);
     return withClient(context.cluster, BENCH_DATABASE, async (client) => ({
@@ -280,6 +327,10 @@ async function pgbenchRun(
       tps: arms.length > 1 ? (clients * 1e6) / all.meanUs : result.tps,
       processed: mine.length,
       loadAverage,
+      // Only a run of one arm can be attributed; interleaved arms share the backends.
+      ...(arms.length === 1 && cpuBefore !== undefined && cpuAfter !== undefined && mine.length
+        ? { serverCpuUsPerTransaction: ((cpuAfter - cpuBefore) * TICK_US) / mine.length }
+        : {}),
       startedAt,
       ops,
       logFile,
@@ -307,7 +358,9 @@ export interface WalRecord {
   perCall: { records: number; fpi: number; bytes: number };
   table?: TableCounters;
   /** Per-operation figures from pg_walinspect (PG15+), background records left out. */
-  byOp?: Partial<Record<OpId, { records: number; bytes: number; fpiBytes: number }>>;
+  byOp?: Partial<
+    Record<OpId, { records: number; opRecords: number; bytes: number; fpiBytes: number }>
+  >;
   /** The most frequent per-transaction record sequences, e.g. `Heap/HOT_UPDATE + Transaction/COMMIT`. */
   signatures?: { signature: string; count: number }[];
 }
@@ -338,6 +391,21 @@ function isBackground(row: WalInspectRow): boolean {
   return (
     row.resource_manager === 'XLOG' &&
     /^(CHECKPOINT|NEXTOID|SWITCH|BACKUP_END)/.test(row.record_type)
+  );
+}
+
+/**
+ * Records a call writes because of the page it touched rather than the change it made:
+ * on-access pruning of dead versions, a full-page image for a hint bit (data checksums),
+ * a new clog page. How often they come depends on how full the page is and where the
+ * checkpoint fell, and the shipped functions share their table with the variants, so their
+ * rows sit on other pages than the baseline's; per-call comparisons use the other records.
+ */
+function isPageMaintenance(row: WalInspectRow): boolean {
+  return (
+    (row.resource_manager === 'Heap2' && /^PRUNE/.test(row.record_type)) ||
+    (row.resource_manager === 'XLOG' && /^FPI_FOR_HINT/.test(row.record_type)) ||
+    (row.resource_manager === 'CLOG' && /^ZEROPAGE/.test(row.record_type))
   );
 }
 
@@ -447,11 +515,13 @@ async function inspectWal(
   const byOp: WalRecord['byOp'] = {};
   const total = (list: WalInspectRow[][]) => ({
     records: list.reduce((sum, g) => sum + g.length, 0),
+    opRecords: list.reduce((sum, g) => sum + g.filter((r) => !isPageMaintenance(r)).length, 0),
     bytes: list.reduce((sum, g) => sum + g.reduce((s, r) => s + r.record_length, 0), 0),
     fpiBytes: list.reduce((sum, g) => sum + g.reduce((s, r) => s + r.fpi_length, 0), 0),
   });
   const perCall = (t: ReturnType<typeof total>, calls: number) => ({
     records: t.records / calls,
+    opRecords: t.opRecords / calls,
     bytes: t.bytes / calls,
     fpiBytes: t.fpiBytes / calls,
   });

@@ -6,7 +6,7 @@
  * - per-statement times inside the functions (pg_stat_statements.track = all, pgbench -r);
  * - plans of the statements inside the functions (auto_explain.log_nested_statements);
  * - server-side cost per call without round trip or commit flush, for the shipped
- *   functions, the diagnostic variants and bare SQL (plpgsql loops, synchronous_commit off);
+ *   functions, the diagnostic variants and bare SQL (plpgsql loops, backend CPU time);
  * - the share of the commit flush in a call's latency (synchronous_commit on vs off).
  */
 import * as fs from 'node:fs';
@@ -38,6 +38,8 @@ export interface ProfileResult {
   functions: { name: string; calls: number; totalUsPerCall: number; selfUsPerCall: number }[];
   /** Server-side microseconds per call, median of rounds: op -> implementation -> us. */
   serverUsPerCall: Record<string, Record<string, number>>;
+  /** Backend CPU (us) per call of trivial functions: what each function-layer feature costs alone. */
+  callOverhead: Record<string, number>;
   /** p50 latency (us) of single calls at 1 client with synchronous_commit on and off. */
   flush: Record<string, { on: number; off: number }>;
   /** pgbench -r per-statement average latencies of the W1 cycle, as printed. */
@@ -71,6 +73,7 @@ export async function profile(
       statements: [],
       functions: [],
       serverUsPerCall: {},
+      callOverhead: {},
       flush: {},
       perStatement: {},
       autoExplainFile: 'auto-explain.txt',
@@ -80,8 +83,9 @@ export async function profile(
     result.serverUsPerCall = await serverLoops(
       cluster,
       arms.filter((arm) => arm.table),
-      2000,
+      500,
     );
+    result.callOverhead = await callOverhead(cluster);
     result.flush = await flushShare(ctx);
     return result;
   } finally {
@@ -234,7 +238,7 @@ function backendCpuNs(pid: number): number | undefined {
 
 /**
  * Microseconds of backend CPU per call, measured inside the server: no client round trip,
- * no parse, a COMMIT after each write (without flush: synchronous_commit off) so that HOT
+ * no parse, a COMMIT after each write (flushed; the wait is not CPU) so that HOT
  * pruning works as in the real workload. CPU time comes from the backend's schedstat, so
  * time the backend spent waiting for a core on the shared machine is not counted (wall
  * time is the fallback off Linux). Acquire and release run as pairs; the pair's CPU time is
@@ -252,7 +256,10 @@ export async function serverLoops(
     client.on('notice', (notice: { message?: string }) => notices.push(notice.message ?? ''));
     const pid = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!
       .pid;
-    await client.query('SET synchronous_commit = off');
+    // pg_lease's writes refuse asynchronous commit (lease._begin_write turns
+    // synchronous_commit off back to local), so every arm commits with a flush; the wait for
+    // it is not CPU time and does not count.
+    await client.query('SET synchronous_commit = local');
     for (const table of tablesOf(arms)) {
       await client.query(
         `INSERT INTO ${table} (key, owner, epoch, expires_at)
@@ -310,6 +317,74 @@ export async function serverLoops(
     for (const [arm, values] of Object.entries(byArm)) result[op][arm] = median(values);
   }
   return result;
+}
+
+/** Trivial functions, one feature each, called from a plpgsql loop. */
+const MICRO_FUNCTIONS: Record<string, string> = {
+  'plpgsql, OUT parameter': `CREATE FUNCTION bench_micro.f(OUT x int) LANGUAGE plpgsql
+     AS $$ BEGIN x := 1; END $$`,
+  '+ SECURITY DEFINER': `CREATE FUNCTION bench_micro.f(OUT x int) LANGUAGE plpgsql SECURITY DEFINER
+     AS $$ BEGIN x := 1; END $$`,
+  '+ SECURITY DEFINER + SET search_path': `CREATE FUNCTION bench_micro.f(OUT x int) LANGUAGE plpgsql
+     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$ BEGIN x := 1; END $$`,
+  'RETURNS TABLE + RETURN NEXT, SECURITY DEFINER + SET': `CREATE FUNCTION bench_micro.f()
+     RETURNS TABLE (x int) LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+     ROWS 1 AS $$ BEGIN x := 1; RETURN NEXT; END $$`,
+  '... + PERFORM of a helper with SET': `CREATE FUNCTION bench_micro.h() RETURNS void LANGUAGE plpgsql
+     SET search_path = pg_catalog, pg_temp AS $$ BEGIN END $$;
+     CREATE FUNCTION bench_micro.f() RETURNS TABLE (x int) LANGUAGE plpgsql SECURITY DEFINER
+     SET search_path = pg_catalog, pg_temp ROWS 1
+     AS $$ BEGIN PERFORM bench_micro.h(); x := 1; RETURN NEXT; END $$`,
+  '... + BEGIN/EXCEPTION block (subtransaction, no XID)': `CREATE FUNCTION bench_micro.f()
+     RETURNS TABLE (x int) LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+     ROWS 1 AS $$ BEGIN BEGIN x := 1; EXCEPTION WHEN SQLSTATE 'PLL01' THEN x := 2; END;
+     RETURN NEXT; END $$`,
+  'SQL function (inlined)': `CREATE FUNCTION bench_micro.f(OUT x int) LANGUAGE sql AS $$ SELECT 1 $$`,
+  'SQL function + SET search_path (not inlined)': `CREATE FUNCTION bench_micro.f(OUT x int)
+     LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$ SELECT 1 $$`,
+};
+
+/**
+ * Backend CPU per call of trivial functions, each adding one feature the shipped functions
+ * use, called 20000 times from a plpgsql loop (`PERFORM * FROM f()`); the empty loop's cost
+ * (`PERFORM 1`) is subtracted. Median of 5 rounds.
+ */
+async function callOverhead(cluster: PgCluster): Promise<Record<string, number>> {
+  const iterations = 20000;
+  const samples: Record<string, number[]> = {};
+  await withClient(cluster, BENCH_DATABASE, async (client) => {
+    const pid = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!
+      .pid;
+    const cpuOf = async (sql: string) => {
+      const before = backendCpuNs(pid);
+      const wall0 = process.hrtime.bigint();
+      await client.query(sql);
+      const wall = Number(process.hrtime.bigint() - wall0);
+      const after = backendCpuNs(pid);
+      return (
+        (before !== undefined && after !== undefined ? after - before : wall) / 1000 / iterations
+      );
+    };
+    for (let round = 0; round < 5; round++) {
+      const empty = await cpuOf(
+        `DO $$ BEGIN FOR i IN 1..${iterations} LOOP PERFORM 1; END LOOP; END $$`,
+      );
+      for (const [name, ddl] of Object.entries(MICRO_FUNCTIONS)) {
+        await client.query('DROP SCHEMA IF EXISTS bench_micro CASCADE');
+        await client.query('CREATE SCHEMA bench_micro');
+        await client.query(ddl);
+        await client.query('SELECT * FROM bench_micro.f()'); // compile outside the timing
+        const us = await cpuOf(
+          `DO $$ BEGIN FOR i IN 1..${iterations} LOOP PERFORM * FROM bench_micro.f(); END LOOP; END $$`,
+        );
+        (samples[name] ??= []).push(us - empty);
+      }
+    }
+    await client.query('DROP SCHEMA IF EXISTS bench_micro CASCADE');
+  });
+  return Object.fromEntries(
+    Object.entries(samples).map(([name, values]) => [name, median(values)]),
+  );
 }
 
 /** p50 of single calls at 1 client, commit flush on vs off, lease vs bare. */

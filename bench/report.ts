@@ -26,6 +26,8 @@ export interface Cell {
   p99Us: number;
   meanUs: number;
   samples: number;
+  /** Server CPU per pgbench transaction (runs of one arm only), median over rounds. */
+  serverCpuUs?: number;
 }
 
 export interface Ratio {
@@ -40,6 +42,8 @@ export interface Ratio {
   p50: number;
   p95: number;
   p99: number;
+  /** Median over rounds of baseline server CPU per transaction / arm's: the CPU-bound TPS ratio. */
+  cpuCapacity?: number;
 }
 
 export interface Verdict {
@@ -108,6 +112,9 @@ export function aggregate(records: RunRecord[]): { cells: Cell[]; ratios: Ratio[
       p99Us: median(ops.map((o) => o.p99Us)),
       meanUs: median(ops.map((o) => o.meanUs)),
       samples: ops.reduce((sum, o) => sum + o.n, 0),
+      ...(runs.every((r) => r.serverCpuUsPerTransaction !== undefined)
+        ? { serverCpuUs: median(runs.map((r) => r.serverCpuUsPerTransaction!)) }
+        : {}),
     });
     for (const baseline of ['bare', 'advisory']) {
       if (key.arm === baseline || key.arm === 'advisory') continue;
@@ -134,6 +141,15 @@ export function aggregate(records: RunRecord[]): { cells: Cell[]; ratios: Ratio[
         p50: ratio((r) => r.ops[key.op]!.p50Us),
         p95: ratio((r) => r.ops[key.op]!.p95Us),
         p99: ratio((r) => r.ops[key.op]!.p99Us),
+        ...(pairs.every((p) => p.arm.serverCpuUsPerTransaction && p.base!.serverCpuUsPerTransaction)
+          ? {
+              cpuCapacity: median(
+                pairs.map(
+                  (p) => p.base!.serverCpuUsPerTransaction! / p.arm.serverCpuUsPerTransaction!,
+                ),
+              ),
+            }
+          : {}),
       });
     }
   }
@@ -145,7 +161,9 @@ export function walRecordsPerCall(wal: WalRecord[], op: OpId, arm: string): numb
   const workload = WORKLOADS.find((w) => w.ops.some((o) => o.id === op));
   const record = wal.find((w) => w.arm === arm && w.workload === workload?.id);
   if (!record) return Number.NaN;
-  const split = record.byOp?.[op]?.records;
+  // The operation's own records (page-maintenance records left out, see measure.ts); only
+  // pg_walinspect (PG15+) can tell them apart, pg_stat_wal counts everything.
+  const split = record.byOp?.[op]?.opRecords;
   if (split !== undefined) return split;
   return workload!.ops.length === 1 ? record.perCall.records : Number.NaN;
 }
@@ -314,10 +332,10 @@ export function summaryMarkdown(summary: Summary, env: Environment, folder: stri
     '',
     '## Latency and throughput, every arm',
     '',
-    'Microseconds; medians over rounds. Ratio columns: p50 and TPS (op rate for split logs) over the bare arm in the same round.',
+    'Microseconds; medians over rounds. Ratio columns: p50 and TPS (op rate for split logs) over the bare arm in the same round. Server CPU per transaction (all server processes, from /proc; runs of a single arm only) is immune to waiting for a core; "CPU capacity" = bare CPU/tx over the arm\'s, the TPS ratio a CPU-bound run tends to.',
     '',
-    '| workload | op | clients | arm | TPS | op/s | p50 | p95 | p99 | p50 / bare | p99 / bare | op/s / bare |',
-    '|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| workload | op | clients | arm | TPS | op/s | p50 | p95 | p99 | p50 / bare | p99 / bare | op/s / bare | server CPU us/tx | CPU capacity vs bare |',
+    '|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   );
   const armOrder = summary.arms.map((a) => a.id);
   const sorted = [...cells].sort(
@@ -331,7 +349,7 @@ export function summaryMarkdown(summary: Summary, env: Environment, folder: stri
   for (const c of sorted) {
     const r = ratio(c.op, c.arm, c.clients);
     L.push(
-      `| ${c.workload} | ${c.op} | ${c.clients} | ${c.arm} | ${fmt(c.tps, 0)} | ${fmt(c.rate, 0)} | ${us(c.p50Us)} | ${us(c.p95Us)} | ${us(c.p99Us)} | ${r ? fmt(r.p50) : ''} | ${r ? fmt(r.p99) : ''} | ${r ? fmt(r.rate) : ''} |`,
+      `| ${c.workload} | ${c.op} | ${c.clients} | ${c.arm} | ${fmt(c.tps, 0)} | ${fmt(c.rate, 0)} | ${us(c.p50Us)} | ${us(c.p95Us)} | ${us(c.p99Us)} | ${r ? fmt(r.p50) : ''} | ${r ? fmt(r.p99) : ''} | ${r ? fmt(r.rate) : ''} | ${c.serverCpuUs !== undefined ? fmt(c.serverCpuUs, 0) : ''} | ${r?.cpuCapacity !== undefined ? fmt(r.cpuCapacity) : ''} |`,
     );
   }
   if (summary.grants.length) {
@@ -349,21 +367,24 @@ export function summaryMarkdown(summary: Summary, env: Environment, folder: stri
     '',
     '## WAL per call (1 client, fixed transaction count)',
     '',
-    'pg_stat_wal deltas divided by calls (the first transaction of renew/inspect, which takes the lease, included). `split` columns: pg_walinspect, records grouped per transaction at each commit, background records left out.',
+    "pg_stat_wal deltas divided by calls (the first transaction of renew/inspect, which takes the lease, included). `split` columns: pg_walinspect, records grouped per transaction at each commit, background records left out; `own` leaves out page-maintenance records too (on-access pruning, hint-bit full-page images, new clog pages), whose frequency depends on how full the row's page is, not on the SQL; the WAL targets compare `own` records.",
     '',
-    '| workload | arm | calls | records/call | FPI/call | bytes/call | split records/call | split bytes/call | updates (HOT) |',
-    '|---|---|---:|---:|---:|---:|---|---|---|',
+    '| workload | arm | calls | records/call | FPI/call | bytes/call | split records/call | own records/call | split bytes/call | updates (HOT) |',
+    '|---|---|---:|---:|---:|---:|---|---|---|---|',
   );
   for (const w of wal) {
     const split = Object.entries(w.byOp ?? {})
       .map(([op, v]) => `${op} ${fmt(v!.records)}`)
+      .join(', ');
+    const own = Object.entries(w.byOp ?? {})
+      .map(([op, v]) => `${op} ${fmt(v!.opRecords)}`)
       .join(', ');
     const splitBytes = Object.entries(w.byOp ?? {})
       .map(([op, v]) => `${op} ${fmt(v!.bytes, 0)}`)
       .join(', ');
     const table = w.table && w.table.upd ? `${w.table.upd} (${w.table.hotUpd})` : '';
     L.push(
-      `| ${w.workload} | ${w.arm} | ${w.calls} | ${fmt(w.perCall.records)} | ${fmt(w.perCall.fpi, 3)} | ${fmt(w.perCall.bytes, 0)} | ${split} | ${splitBytes} | ${table} |`,
+      `| ${w.workload} | ${w.arm} | ${w.calls} | ${fmt(w.perCall.records)} | ${fmt(w.perCall.fpi, 3)} | ${fmt(w.perCall.bytes, 0)} | ${split} | ${own} | ${splitBytes} | ${table} |`,
     );
   }
   L.push('', 'Most frequent WAL record sequences per transaction:', '');
@@ -401,9 +422,9 @@ function profileMarkdown(profile: ProfileResult): string[] {
     '',
   ];
   L.push(
-    '### Server-side CPU per call (us), no round trip, commit without flush',
+    '### Server-side CPU per call (us), no round trip, no parse',
     '',
-    'plpgsql loops of 2000 calls, COMMIT after each write, synchronous_commit off; backend CPU time from /proc/<pid>/schedstat (time spent waiting for a core not counted); median of 5 rounds. `lease-plain` = shipped bodies without SECURITY DEFINER and without SET search_path; `lease-noset` = SECURITY DEFINER kept, SET search_path dropped (diagnostic only: the contract requires both).',
+    'plpgsql loops of 500 calls, COMMIT after each write (synchronous_commit local: pg_lease refuses asynchronous commits of its writes); backend CPU time from /proc/<pid>/schedstat (time spent waiting for a core not counted); median of 5 rounds. `lease-plain` = shipped bodies without SECURITY DEFINER and without SET search_path; `lease-noset` = SECURITY DEFINER kept, SET search_path dropped (diagnostic only: the contract requires both).',
     '',
   );
   const impls = Object.keys(Object.values(profile.serverUsPerCall)[0] ?? {});
@@ -422,9 +443,20 @@ function profileMarkdown(profile: ProfileResult): string[] {
       `| ${op} | ${ordered.map((i) => fmt(v(i), 1)).join(' | ')} | ${fmt(v('lease') - v('lease-noset'), 1)} | ${fmt(v('lease-noset') - v('lease-plain'), 1)} | ${fmt(v('lease-plain') - v('bare'), 1)} |`,
     );
   }
+  if (Object.keys(profile.callOverhead ?? {}).length) {
+    L.push(
+      '',
+      '### Function-layer features alone (backend CPU us per call, empty loop subtracted)',
+      '',
+      '| function | us/call |',
+      '|---|---:|',
+    );
+    for (const [name, us] of Object.entries(profile.callOverhead))
+      L.push(`| ${name} | ${fmt(us, 2)} |`);
+  }
   L.push(
     '',
-    '### Commit flush share (renew, 1 client, p50 us)',
+    '### Commit flush share (renew, 1 client, p50 us; pg_lease turns synchronous_commit off back to local, so its off column still flushes)',
     '',
     '| arm | synchronous_commit on | off | flush share |',
     '|---|---:|---:|---:|',

@@ -203,7 +203,8 @@ async function loadCandidate(client: pg.Client, schema: string, sqlFile: string)
     .join('\n')
     .replaceAll('@extschema@', schema)
     .replace(/\blease\.(?=[A-Za-z_"])/g, `${schema}.`)
-    .replace(/\bSCHEMA lease\b/g, `SCHEMA ${schema}`);
+    .replace(/\bSCHEMA lease\b/g, `SCHEMA ${schema}`)
+    .replace(/'lease'(?=::)/g, `'${schema}'`);
   await client.query(`CREATE SCHEMA ${schema}`);
   await client.query(script);
 }

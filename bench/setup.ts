@@ -75,7 +75,7 @@ export function buildArms(variants: boolean, candidates: string[]): Arm[] {
         label: variant.label,
         script: 'lease',
         schema: variant.schema,
-        table: 'lease.leases',
+        table: `${variant.schema}.leases`,
         role: 'diagnostic',
       });
     }
@@ -114,12 +114,7 @@ export async function setupBenchDatabase(
     // the baseline writes exactly the row shape the extension writes.
     await client.query('CREATE SCHEMA bare');
     await client.query('CREATE TABLE bare.leases (LIKE lease.leases INCLUDING ALL)');
-    // LIKE does not copy storage parameters; fillfactor decides how many updates stay HOT.
-    const { rows } = await client.query<{ options: string[] | null }>(
-      `SELECT reloptions AS options FROM pg_class WHERE oid = 'lease.leases'::regclass`,
-    );
-    const options = rows[0]?.options ?? [];
-    if (options.length) await client.query(`ALTER TABLE bare.leases SET (${options.join(', ')})`);
+    await copyStorageParameters(client, 'bare.leases');
 
     for (const variant of VARIANTS)
       if (arms.some((arm) => arm.id === variant.id)) await createVariant(client, variant);
@@ -148,10 +143,19 @@ export async function setupBenchDatabase(
   });
 }
 
+/** LIKE does not copy storage parameters; fillfactor decides how many updates stay HOT. */
+async function copyStorageParameters(client: pg.Client, table: string): Promise<void> {
+  const { rows } = await client.query<{ options: string[] | null }>(
+    `SELECT reloptions AS options FROM pg_class WHERE oid = 'lease.leases'::regclass`,
+  );
+  const options = rows[0]?.options ?? [];
+  if (options.length) await client.query(`ALTER TABLE ${table} SET (${options.join(', ')})`);
+}
+
 /**
  * Copies every function of schema `lease` into `variant.schema`, minus the SET clause and
- * optionally SECURITY DEFINER, with calls between them redirected to the copies. The table
- * stays `lease.leases`. Generated from `pg_get_functiondef`, so a variant always measures
+ * optionally SECURITY DEFINER, with calls between them redirected to the copies and the table to a copy
+ * of its own (same definition). Generated from `pg_get_functiondef`, so a variant always measures
  * the SQL actually installed.
  */
 async function createVariant(client: pg.Client, variant: (typeof VARIANTS)[number]): Promise<void> {
@@ -163,6 +167,11 @@ async function createVariant(client: pg.Client, variant: (typeof VARIANTS)[numbe
   const names = [...new Set(rows.map((row) => row.proname))];
   const calls = new RegExp(`\\blease\\.(${names.map(escapeRegExp).join('|')})\\s*\\(`, 'g');
   await client.query(`CREATE SCHEMA ${variant.schema}`);
+  // Its own table of the same definition: rows of different arms never share a page, so every
+  // arm's page fills, and gets pruned, alike (on-access pruning adds a WAL record per update
+  // on a page at the fillfactor threshold).
+  await client.query(`CREATE TABLE ${variant.schema}.leases (LIKE lease.leases INCLUDING ALL)`);
+  await copyStorageParameters(client, `${variant.schema}.leases`);
   for (const { def } of rows) {
     // pg_get_functiondef prints the attributes (LANGUAGE, volatility, SECURITY DEFINER, SET
     // lines) before the body; edit only that header.
@@ -176,7 +185,9 @@ async function createVariant(client: pg.Client, variant: (typeof VARIANTS)[numbe
     // Only the search_path setting goes; other SET clauses (lock_timeout) are behaviour.
     if (variant.dropSet) header = header.replace(/^ SET search_path TO .*\n/m, '');
     if (variant.dropSecurityDefiner) header = header.replace(/ SECURITY DEFINER\b/, '');
-    body = body.replace(calls, `${variant.schema}.$1(`);
+    body = body
+      .replace(calls, `${variant.schema}.$1(`)
+      .replace(/\blease\.leases\b/g, `${variant.schema}.leases`);
     const text = header + body;
     if (variant.dropSecurityDefiner && /SECURITY DEFINER/.test(header))
       throw new Error(`variant ${variant.id}: could not drop SECURITY DEFINER from\n${header}`);

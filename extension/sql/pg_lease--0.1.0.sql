@@ -538,8 +538,28 @@ DECLARE
     v_lock_wait interval;
     v_locked    boolean;
 BEGIN
-    PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
-    PERFORM lease._begin_write('acquire'::text);
+    -- Fast path (§3): input that is plainly valid skips the call of
+    -- lease._validate, a full executor run per PERFORM.  Anything else, also an
+    -- unusual but valid value, still goes to lease._validate, which raises with
+    -- the complete DETAIL (or returns).  The CASEs keep _has_negative_field
+    -- (inlined SQL) away from infinite intervals; parenthesised because
+    -- PL/pgSQL ends an IF condition at the first THEN outside parentheses.
+    IF p_key IS NULL OR p_owner IS NULL
+       OR pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000
+       OR pg_catalog.octet_length(p_owner) NOT BETWEEN 1 AND 1000
+       OR (CASE WHEN p_ttl > interval '0' AND p_ttl <= interval '1000 years'
+                THEN lease._has_negative_field(p_ttl) ELSE true END)
+       OR (CASE WHEN p_wait >= interval '0' AND p_wait <= interval '1000 years'
+                THEN lease._has_negative_field(p_wait) ELSE true END)
+    THEN
+        PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
+    END IF;
+    -- Fast path: lease._begin_write only acts in a read-only transaction or
+    -- with synchronous_commit off; skip its PERFORM otherwise.
+    IF pg_catalog.current_setting('transaction_read_only') = 'on'
+       OR pg_catalog.current_setting('synchronous_commit') = 'off' THEN
+        PERFORM lease._begin_write('acquire'::text);
+    END IF;
 
     IF p_wait = interval '0' THEN
         SELECT a.acquired, a.epoch, a.expires_at
@@ -612,8 +632,21 @@ AS $function$
 DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
-    PERFORM lease._begin_write('renew'::text);
+    -- Fast path (§3), as in acquire.
+    IF p_key IS NULL OR p_owner IS NULL OR p_epoch IS NULL
+       OR pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000
+       OR pg_catalog.octet_length(p_owner) NOT BETWEEN 1 AND 1000
+       OR (CASE WHEN p_ttl > interval '0' AND p_ttl <= interval '1000 years'
+                THEN lease._has_negative_field(p_ttl) ELSE true END)
+    THEN
+        PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
+    END IF;
+    -- Fast path: lease._begin_write only acts in a read-only transaction or
+    -- with synchronous_commit off; skip its PERFORM otherwise.
+    IF pg_catalog.current_setting('transaction_read_only') = 'on'
+       OR pg_catalog.current_setting('synchronous_commit') = 'off' THEN
+        PERFORM lease._begin_write('renew'::text);
+    END IF;
 
     LOOP
         UPDATE lease.leases AS l
@@ -661,8 +694,19 @@ AS $function$
 DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
-    PERFORM lease._begin_write('release'::text);
+    -- Fast path (§3), as in acquire.
+    IF p_key IS NULL OR p_owner IS NULL OR p_epoch IS NULL
+       OR pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000
+       OR pg_catalog.octet_length(p_owner) NOT BETWEEN 1 AND 1000
+    THEN
+        PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
+    END IF;
+    -- Fast path: lease._begin_write only acts in a read-only transaction or
+    -- with synchronous_commit off; skip its PERFORM otherwise.
+    IF pg_catalog.current_setting('transaction_read_only') = 'on'
+       OR pg_catalog.current_setting('synchronous_commit') = 'off' THEN
+        PERFORM lease._begin_write('release'::text);
+    END IF;
 
     LOOP
         UPDATE lease.leases AS l
@@ -709,7 +753,10 @@ AS $function$
 DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    PERFORM lease._validate('inspect'::text, p_key, NULL::text, NULL::bigint, NULL::interval, NULL::interval);
+    -- Fast path (§3), as in acquire.
+    IF p_key IS NULL OR pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000 THEN
+        PERFORM lease._validate('inspect'::text, p_key, NULL::text, NULL::bigint, NULL::interval, NULL::interval);
+    END IF;
 
     RETURN QUERY
         SELECT s.held,

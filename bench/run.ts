@@ -8,6 +8,7 @@
  * crosses its CI guard.
  */
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -213,6 +214,14 @@ function candidateScript(file: string): string {
   return path.join(sqlDir, newest);
 }
 
+function sha256File(file: string): string | undefined {
+  try {
+    return createHash('sha256').update(fs.readFileSync(file)).digest('hex');
+  } catch {
+    return undefined;
+  }
+}
+
 /** Which arms run a workload: the script must exist; quick mode runs lease and bare only. */
 function armsFor(workload: Workload, arms: Arm[], quick: boolean): Arm[] {
   return arms.filter(
@@ -311,6 +320,17 @@ async function main(): Promise<number> {
     }
   } finally {
     await cluster.destroy();
+  }
+
+  // The profile cluster stages extension/ anew: if the SQL changed meanwhile (people are
+  // editing it), say so rather than mix two versions silently.
+  const changed = env!.extensionScripts.filter(
+    (script) => sha256File(path.join(PACKAGE_ROOT, script.file)) !== script.sha256,
+  );
+  if (changed.length) {
+    const note = `${changed.map((c) => c.file).join(', ')} changed during the run: the profile phase ran a newer version than the throughput and WAL phases.`;
+    env!.notes.push(note);
+    log(`WARNING: ${note}`);
   }
 
   let profileResult;

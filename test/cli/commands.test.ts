@@ -1,8 +1,7 @@
-import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { LeaseClient } from '../../src/index.js';
-import type { TestDatabase } from '../support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { uniqueKey } from '../client/helpers.js';
 import { parseJson, runCli } from './helpers.js';
 

@@ -1,8 +1,7 @@
-import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import * as net from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import type { TestDatabase } from '../support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
 import { runCli, type CliResult } from './helpers.js';
 

@@ -1,8 +1,7 @@
-import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { LeaseClient } from '../../src/index.js';
-import type { TestDatabase } from '../support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { uniqueKey, waitFor } from '../client/helpers.js';
 import { runCli, startCli } from './helpers.js';
 
@@ -16,6 +15,11 @@ before(async () => {
 after(() => db.close());
 
 /** `node -e script` as the command to run under the lease. */
+/** `pg-lease exec` against the test database, up to and including the `--` before the command. */
+function execArgs(key: string, ttl: string, ...options: string[]): string[] {
+  return ['exec', '--url', db.url, '--key', key, '--ttl', ttl, ...options, '--'];
+}
+
 function node(script: string): string[] {
   return [process.execPath, '-e', script];
 }
@@ -53,16 +57,7 @@ describe('pg-lease exec', () => {
   test('gives the command the key, owner and epoch, holds the lease meanwhile and exits with its status', async () => {
     const key = uniqueKey();
     const cli = startCli([
-      'exec',
-      '--url',
-      db.url,
-      '--key',
-      key,
-      '--ttl',
-      '30s',
-      '--owner',
-      'runner',
-      '--',
+      ...execArgs(key, '30s', '--owner', 'runner'),
       ...node(REPORT_THEN_EXIT_WITH_STDIN),
     ]);
     await cli.waitForOutput('ready ');
@@ -93,16 +88,7 @@ describe('pg-lease exec', () => {
     const key = uniqueKey();
     const holder = (await client.acquire(key, { ttl: '30s' }))!;
     const result = await runCli([
-      'exec',
-      '--url',
-      db.url,
-      '--key',
-      key,
-      '--ttl',
-      '30s',
-      '--wait',
-      '200ms',
-      '--',
+      ...execArgs(key, '30s', '--wait', '200ms'),
       ...node("console.log('ran')"),
     ]);
     assert.equal(result.code, 75);
@@ -114,14 +100,7 @@ describe('pg-lease exec', () => {
   test('on loss the command gets SIGTERM and pg-lease exits 76', async () => {
     const key = uniqueKey();
     const cli = startCli([
-      'exec',
-      '--url',
-      db.url,
-      '--key',
-      key,
-      '--ttl',
-      '2s',
-      '--',
+      ...execArgs(key, '2s'),
       ...node(`
         process.on('SIGTERM', () => { console.log('got SIGTERM'); process.exit(0); });
         console.log('ready ' + JSON.stringify({ pid: process.pid }));
@@ -140,16 +119,7 @@ describe('pg-lease exec', () => {
   test('a command that ignores SIGTERM is killed after the grace period', async () => {
     const key = uniqueKey();
     const cli = startCli([
-      'exec',
-      '--url',
-      db.url,
-      '--key',
-      key,
-      '--ttl',
-      '2s',
-      '--grace',
-      '500ms',
-      '--',
+      ...execArgs(key, '2s', '--grace', '500ms'),
       ...node(`
         process.on('SIGTERM', () => console.log('ignoring SIGTERM'));
         console.log('ready ' + JSON.stringify({ pid: process.pid }));
@@ -168,14 +138,7 @@ describe('pg-lease exec', () => {
   test('signals sent to pg-lease reach the command, and the lease is released after it exits', async () => {
     const key = uniqueKey();
     const cli = startCli([
-      'exec',
-      '--url',
-      db.url,
-      '--key',
-      key,
-      '--ttl',
-      '30s',
-      '--',
+      ...execArgs(key, '30s'),
       ...node(`
         process.on('SIGUSR1', () => console.log('got SIGUSR1'));
         process.on('SIGTERM', () => { console.log('got SIGTERM'); setTimeout(() => process.exit(7), 200); });
@@ -197,14 +160,7 @@ describe('pg-lease exec', () => {
   test('a command ended by a forwarded signal makes pg-lease exit 128 + its number', async () => {
     const key = uniqueKey();
     const cli = startCli([
-      'exec',
-      '--url',
-      db.url,
-      '--key',
-      key,
-      '--ttl',
-      '30s',
-      '--',
+      ...execArgs(key, '30s'),
       ...node(`console.log('ready {}'); setInterval(() => {}, 1000);`),
     ]);
     await cli.waitForOutput('ready ');
@@ -216,17 +172,7 @@ describe('pg-lease exec', () => {
 
   test('a command that does not exist exits 127 and releases the lease', async () => {
     const key = uniqueKey();
-    const result = await runCli([
-      'exec',
-      '--url',
-      db.url,
-      '--key',
-      key,
-      '--ttl',
-      '30s',
-      '--',
-      'pg-lease-no-such-command',
-    ]);
+    const result = await runCli([...execArgs(key, '30s'), 'pg-lease-no-such-command']);
     assert.equal(result.code, 127);
     assert.match(result.stderr, /cannot run pg-lease-no-such-command/);
     assert.deepEqual(await client.inspect(key), {

@@ -1,9 +1,8 @@
-import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { LeaseClient } from '../../src/index.js';
-import type { TestDatabase } from '../support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
 import { parseJson, runCli } from './helpers.js';
 

@@ -1,4 +1,3 @@
-import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
@@ -9,7 +8,7 @@ import {
   LeaseTimeoutError,
   SQLSTATE,
 } from '../../src/index.js';
-import type { TestDatabase } from '../support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { uniqueKey, waitFor } from './helpers.js';
 
 let db: TestDatabase;

@@ -1,11 +1,10 @@
-import { createTestDatabase } from '../support/database.js';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { LeaseClient, LeaseLostError } from '../../src/index.js';
-import type { TestDatabase } from '../support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { abortReason, uniqueKey, waitFor } from './helpers.js';
 
 let db: TestDatabase;

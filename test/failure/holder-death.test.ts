@@ -9,8 +9,7 @@ import { spawn } from 'node:child_process';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import type { TestDatabase } from '../support/database.js';
-import { createTestDatabase } from '../support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { acquire, inspect, release, renew, type Queryable } from './support/lease-sql.js';
 import {
   backendPid,

@@ -6,8 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { TestDatabase } from '../support/database.js';
-import { createTestDatabase } from '../support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { acquire, inspect, release } from './support/lease-sql.js';
 import { rejectsSomehow } from './support/sessions.js';
 

@@ -12,8 +12,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { performance } from 'node:perf_hooks';
-import type { TestDatabase } from '../support/database.js';
-import { createTestDatabase } from '../support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { acquire, release } from './support/lease-sql.js';
 import { backendPid, connect, disconnect, waitUntilWaiting } from './support/sessions.js';
 

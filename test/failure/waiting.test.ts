@@ -7,8 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
-import type { TestDatabase } from '../support/database.js';
-import { createTestDatabase } from '../support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { acquire, inspect, release, renew, type AcquireResult } from './support/lease-sql.js';
 import {
   assertNothingLeftBehind,

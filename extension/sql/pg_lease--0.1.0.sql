@@ -276,186 +276,76 @@ $function$;
 REVOKE ALL ON FUNCTION lease._begin_write(text) FROM PUBLIC;
 
 /*
- * lease._acquire_attempt: one acquire attempt (§4 acquire table, §5).
+ * Fast-path predicates (§3): true only for input that is plainly valid and
+ * a transaction that needs no adjustment.  Each API function tests them in
+ * one expression before anything else; when that expression is not true it
+ * calls lease._validate (which raises with the full DETAIL, or returns for
+ * valid input of an unusual form) and lease._begin_write.  So they only
+ * decide how fast a call is, never what it does.
  *
- * The contract's trap (§5): INSERT ... ON CONFLICT DO UPDATE ... WHERE locks
- * the existing row even when its WHERE rejects it, and that lock lives until
- * the caller's transaction ends, so a denied acquire in an open transaction
- * would block the holder's renew and release.  A plain UPDATE has the same
- * flaw in a race: under READ COMMITTED, when the row it wants was changed by
- * a concurrent transaction, it locks the newest version before rechecking
- * its WHERE (EvalPlanQual) and keeps that lock if the recheck fails.
+ * Why: every API call is usually a transaction of its own, and PL/pgSQL
+ * builds the executor state of every expression it evaluates once per
+ * transaction.  Those builds were the largest cost of a call beyond its
+ * UPDATE, so the checks on the common path are kept few and small.
+ * SQL-standard bodies are inlined into the calling expression when it is
+ * planned: no function call at run time.
  *
- * So the attempt never writes or locks a row it might not win:
- *
- *   1. A plain SELECT (fresh READ COMMITTED snapshot, no lock) classifies
- *      the key.  HELD by the caller: return the grant as it stands, with no
- *      write at all (I4).  HELD by another: deny.  Neither takes a lock or
- *      an XID.
- *   2. NEVER: INSERT ... ON CONFLICT (key) DO NOTHING.  DO NOTHING takes no
- *      row lock; it waits for a concurrent uncommitted insert of the key to
- *      finish and then either inserts (the other side rolled back) or does
- *      nothing (it committed).  The unique index admits one winner.
- *   3. FREE or LAPSED: UPDATE ... WHERE <still free or lapsed> inside a
- *      subtransaction (a BEGIN ... EXCEPTION block).  Row locks serialize
- *      concurrent grants; the recheck admits exactly one winner.  A loser
- *      raises a private SQLSTATE to roll the subtransaction back, and the
- *      rollback releases the lock the recheck took: nothing is left behind.
- *   4. After losing either race, re-read once: the caller may itself be the
- *      winner (two concurrent same-owner acquires), otherwise deny.  A
- *      denial is linearizable: when we lost, the winner's grant held the key.
- *
- * The subtransaction is paid only when an existing free or lapsed row is
- * granted.  A transaction that grants more than 64 such keys overflows the
- * subtransaction cache; the README notes this.
- *
- * Like any UPDATE, step 2 or 3 waits for a concurrent uncommitted operation
- * on the same row (§4: wait = 0 may do so).  lease._acquire_attempt_bounded
- * caps that wait for blocking acquires.
+ * lease._is_plain_text: 1 to 1000 bytes.  A NULL gives NULL, which the
+ * callers treat as "not plainly valid".
  */
-CREATE FUNCTION lease._acquire_attempt(
-    p_key       text,
-    p_owner     text,
-    p_ttl       interval,
-    OUT acquired   boolean,
-    OUT epoch      bigint,
-    OUT expires_at timestamptz)
-    LANGUAGE plpgsql
-    VOLATILE
-    SET search_path = pg_catalog, pg_temp
-AS $function$
-DECLARE
-    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
-    v_found      boolean;
-    v_owner      text;
-    v_epoch      bigint;
-    v_expires_at timestamptz;
-    v_lost_race  boolean := false;
-BEGIN
-    acquired := false;
+CREATE FUNCTION lease._is_plain_text(p_value text)
+    RETURNS boolean
+    LANGUAGE sql
+    IMMUTABLE PARALLEL SAFE
+RETURN pg_catalog.octet_length(p_value) BETWEEN 1 AND 1000;
 
-    LOOP
-        SELECT l.owner, l.epoch, l.expires_at
-          INTO v_owner, v_epoch, v_expires_at
-          FROM lease.leases AS l
-         WHERE l.key = p_key COLLATE pg_catalog."C";
-        v_found := FOUND;
-
-        -- HELD (§2): same owner gets the grant unchanged, anyone else is denied.
-        IF v_found AND v_owner IS NOT NULL AND v_now < v_expires_at THEN
-            IF v_owner = p_owner COLLATE pg_catalog."C" THEN
-                acquired := true;
-                epoch := v_epoch;
-                expires_at := v_expires_at;
-            END IF;
-            RETURN;
-        END IF;
-
-        -- We lost a race and the winner's grant is already gone again; the
-        -- denial stands (see step 4 above).
-        IF v_lost_race THEN
-            RETURN;
-        END IF;
-
-        IF NOT v_found THEN
-            -- NEVER -> HELD(owner, 1, now + ttl).
-            INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
-            VALUES (p_key, p_owner, 1, v_now + p_ttl)
-            ON CONFLICT (key) DO NOTHING
-            RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires_at;
-
-            IF FOUND THEN
-                acquired := true;
-                epoch := v_epoch;
-                expires_at := v_expires_at;
-                RETURN;
-            END IF;
-        ELSE
-            -- FREE with epoch c, or LAPSED with epoch e -> HELD(owner, c+1 | e+1).
-            BEGIN
-                UPDATE lease.leases AS l
-                   SET owner = p_owner,
-                       epoch = l.epoch + 1,
-                       expires_at = v_now + p_ttl
-                 WHERE l.key = p_key COLLATE pg_catalog."C"
-                   AND (l.owner IS NULL OR l.expires_at <= v_now)
-                RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires_at;
-
-                IF NOT FOUND THEN
-                    -- Lost the race: undo the row lock the recheck may hold.
-                    RAISE EXCEPTION USING ERRCODE = 'PLL01';
-                END IF;
-            EXCEPTION
-                WHEN SQLSTATE 'PLL01' THEN
-                    v_epoch := NULL;
-            END;
-
-            IF v_epoch IS NOT NULL THEN
-                acquired := true;
-                epoch := v_epoch;
-                expires_at := v_expires_at;
-                RETURN;
-            END IF;
-        END IF;
-
-        v_lost_race := true;
-    END LOOP;
-END;
-$function$;
-
-REVOKE ALL ON FUNCTION lease._acquire_attempt(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._is_plain_text(text) FROM PUBLIC;
 
 /*
- * lease._acquire_attempt_bounded: one attempt of a blocking acquire whose
- * lock waits end after p_lock_wait_ms (§4: the wait is bounded even when an
- * open transaction holds the key's row lock the whole time).
- *
- * The only waits inside an attempt are heavyweight lock waits (a row lock,
- * or an uncommitted insert of the same key), which lock_timeout bounds.
- * The timeout error (55P03) rolls back this block's subtransaction and so
- * everything the attempt did; the attempt then reports locked = true,
- * meaning "not acquirable yet, another transaction has the row locked".
- *
- * lock_timeout appears in the SET clause only to scope the set_config()
- * below: a function-level SET makes PostgreSQL restore the variable when
- * the function exits, so the caller's own lock_timeout is untouched.  A
- * bare SET LOCAL would outlive the call and leak into the caller's
- * transaction.
+ * lease._is_plain_ttl: a time-only interval (no months, no days) greater
+ * than zero and at most 1000 years, hence no negative field.  A ttl with
+ * months or days, such as '1 day', is valid too but takes the slow path.
+ * Interval equality compares lengths ('1 mon -30 days' = '0'), so "no
+ * months and no days" is tested on the text form of the truncated
+ * interval, which is '00:00:00' only for the zero interval in the default
+ * IntervalStyle (postgres); under another IntervalStyle the test is false
+ * and the call takes the slow path.  date_trunc passes infinite intervals
+ * through, so they fail the test too.
  */
-CREATE FUNCTION lease._acquire_attempt_bounded(
-    p_key          text,
-    p_owner        text,
-    p_ttl          interval,
-    p_lock_wait_ms integer,
-    OUT acquired   boolean,
-    OUT epoch      bigint,
-    OUT expires_at timestamptz,
-    OUT locked     boolean)
-    LANGUAGE plpgsql
-    VOLATILE
-    SET search_path = pg_catalog, pg_temp
-    SET lock_timeout = '50ms'
-AS $function$
-BEGIN
-    PERFORM pg_catalog.set_config('lock_timeout',
-                                  GREATEST(p_lock_wait_ms, 1)::text || 'ms',
-                                  true);
-    locked := false;
-    BEGIN
-        SELECT a.acquired, a.epoch, a.expires_at
-          INTO acquired, epoch, expires_at
-          FROM lease._acquire_attempt(p_key, p_owner, p_ttl) AS a;
-    EXCEPTION
-        WHEN lock_not_available THEN
-            acquired := false;
-            epoch := NULL;
-            expires_at := NULL;
-            locked := true;
-    END;
-END;
-$function$;
+CREATE FUNCTION lease._is_plain_ttl(p_ttl interval)
+    RETURNS boolean
+    LANGUAGE sql
+    STABLE PARALLEL SAFE
+RETURN p_ttl > interval '0'
+   AND p_ttl <= interval '1000 years'
+   AND pg_catalog.date_trunc('day', p_ttl)::text = '00:00:00';
 
-REVOKE ALL ON FUNCTION lease._acquire_attempt_bounded(text, text, interval, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._is_plain_ttl(interval) FROM PUBLIC;
+
+/*
+ * lease._is_plain_zero: the zero interval with every field zero (the
+ * default wait), by the same text test.
+ */
+CREATE FUNCTION lease._is_plain_zero(p_interval interval)
+    RETURNS boolean
+    LANGUAGE sql
+    STABLE PARALLEL SAFE
+RETURN p_interval::text = '00:00:00';
+
+REVOKE ALL ON FUNCTION lease._is_plain_zero(interval) FROM PUBLIC;
+
+/*
+ * lease._is_plain_session: lease._begin_write would do nothing (a
+ * read-write transaction, synchronous_commit not off).
+ */
+CREATE FUNCTION lease._is_plain_session()
+    RETURNS boolean
+    LANGUAGE sql
+    STABLE PARALLEL SAFE
+RETURN pg_catalog.current_setting('transaction_read_only') = 'off'
+   AND pg_catalog.current_setting('synchronous_commit') <> 'off';
+
+REVOKE ALL ON FUNCTION lease._is_plain_session() FROM PUBLIC;
 
 /*
  * lease._refusal: why a renew or release did not match (§4 renew).
@@ -505,19 +395,47 @@ REVOKE ALL ON FUNCTION lease._refusal(text, text, bigint, timestamptz) FROM PUBL
 /*
  * lease.acquire (§4 acquire, §5).
  *
- * wait = 0: one attempt, no sleep.
- * wait > 0: attempts until one succeeds or the deadline (call start + wait)
- * has passed, sleeping the poll interval (50 ms, less if less remains)
- * between attempts.  Every attempt is a new statement and therefore reads a
- * fresh READ COMMITTED snapshot: it sees a release or a lapse that
- * committed meanwhile.  An attempt's lock waits are capped at the time left
- * (at most one poll interval), so the call ends no later than wait + one
- * poll interval + one attempt, also under a foreign row lock (§4).  A
- * failed attempt leaves no row lock behind (see _acquire_attempt), so
- * waiting never delays the holder's renew or release (§5).
+ * wait = 0 is one attempt, with no sleep.  wait > 0 goes to
+ * lease._acquire_wait, which repeats such attempts (each a call of this
+ * function with wait = 0) until one succeeds or the wait runs out.
  *
- * On timeout: SQLSTATE 57014.  statement_timeout raises the same SQLSTATE;
- * the message tells them apart.
+ * The contract's trap (§5): INSERT ... ON CONFLICT DO UPDATE ... WHERE locks
+ * the existing row even when its WHERE rejects it, and that lock lives until
+ * the caller's transaction ends, so a denied acquire in an open transaction
+ * would block the holder's renew and release.  A plain UPDATE has the same
+ * flaw in a race: under READ COMMITTED, when the row it wants was changed by
+ * a concurrent transaction, it locks the newest version before rechecking
+ * its WHERE (EvalPlanQual) and keeps that lock if the recheck fails.
+ *
+ * So an attempt never keeps a lock on a row it did not win:
+ *
+ *   1. FREE or LAPSED: UPDATE ... WHERE <free or lapsed> inside a
+ *      subtransaction (a BEGIN ... EXCEPTION block).  This is the common
+ *      case and costs one statement.  Row locks serialize concurrent
+ *      grants; the recheck admits exactly one winner.  When the UPDATE
+ *      grants nothing, a private SQLSTATE rolls the subtransaction back,
+ *      which releases any lock the recheck took.  On a key HELD by anyone
+ *      the UPDATE matches nothing without taking a lock or an XID, so it
+ *      writes nothing.
+ *   2. Otherwise a plain SELECT (fresh READ COMMITTED snapshot, no lock)
+ *      tells why.  HELD by the caller: its grant as it stands, with no write
+ *      at all (I4).  HELD by another: denied.
+ *   3. NEVER: INSERT ... ON CONFLICT (key) DO NOTHING.  DO NOTHING takes no
+ *      row lock; it waits for a concurrent uncommitted insert of the key to
+ *      finish and then either inserts (the other side rolled back) or does
+ *      nothing (it committed).  The unique index admits one winner.
+ *   4. The SELECT finds the key FREE or LAPSED, or the insert lost its
+ *      race: the key changed after the UPDATE's snapshot.  Go round once
+ *      more; if that second round ends the same way, deny.  A denial is
+ *      linearizable: when the UPDATE matched nothing, the key was held.
+ *
+ * Like any UPDATE, step 1 or 3 waits for a concurrent uncommitted operation
+ * on the same row (§4: wait = 0 may do so); the caller's lock_timeout
+ * applies.  lease._acquire_wait caps that wait for blocking acquires.
+ *
+ * Every granting statement runs in a subtransaction or is the INSERT, so a
+ * transaction that grants more than 64 existing keys overflows the
+ * subtransaction cache; the README notes this.
  */
 CREATE FUNCTION lease.acquire(
     p_key   text,
@@ -532,52 +450,155 @@ CREATE FUNCTION lease.acquire(
     ROWS 1
 AS $function$
 DECLARE
-    c_poll      CONSTANT interval := interval '50 milliseconds';
-    v_deadline  timestamptz;
-    v_now       timestamptz;
-    v_lock_wait interval;
-    v_locked    boolean;
+    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_owner      text;
+    v_epoch      bigint;
+    v_expires_at timestamptz;
+    v_again      boolean;
 BEGIN
-    -- Fast path (§3): input that is plainly valid skips the call of
-    -- lease._validate, a full executor run per PERFORM.  Anything else, also an
-    -- unusual but valid value, still goes to lease._validate, which raises with
-    -- the complete DETAIL (or returns).  The CASEs keep _has_negative_field
-    -- (inlined SQL) away from infinite intervals; parenthesised because
-    -- PL/pgSQL ends an IF condition at the first THEN outside parentheses.
-    IF p_key IS NULL OR p_owner IS NULL
-       OR pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000
-       OR pg_catalog.octet_length(p_owner) NOT BETWEEN 1 AND 1000
-       OR (CASE WHEN p_ttl > interval '0' AND p_ttl <= interval '1000 years'
-                THEN lease._has_negative_field(p_ttl) ELSE true END)
-       OR (CASE WHEN p_wait >= interval '0' AND p_wait <= interval '1000 years'
-                THEN lease._has_negative_field(p_wait) ELSE true END)
-    THEN
+    -- Fast path: see lease._is_plain_text.  wait = 0 is part of it.
+    IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
+        AND lease._is_plain_ttl(p_ttl) AND lease._is_plain_zero(p_wait)
+        AND lease._is_plain_session()) IS NOT TRUE THEN
         PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
-    END IF;
-    -- Fast path: lease._begin_write only acts in a read-only transaction or
-    -- with synchronous_commit off; skip its PERFORM otherwise.
-    IF pg_catalog.current_setting('transaction_read_only') = 'on'
-       OR pg_catalog.current_setting('synchronous_commit') = 'off' THEN
         PERFORM lease._begin_write('acquire'::text);
+        IF p_wait <> interval '0' THEN
+            RETURN QUERY
+                SELECT w.acquired, w.epoch, w.expires_at
+                  FROM lease._acquire_wait(p_key, p_owner, p_ttl, p_wait) AS w;
+            RETURN;
+        END IF;
     END IF;
 
-    IF p_wait = interval '0' THEN
-        SELECT a.acquired, a.epoch, a.expires_at
-          INTO acquired, epoch, expires_at
-          FROM lease._acquire_attempt(p_key, p_owner, p_ttl) AS a;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-
-    v_deadline := pg_catalog.clock_timestamp() + p_wait;
     LOOP
-        v_lock_wait := LEAST(c_poll, v_deadline - pg_catalog.clock_timestamp());
+        -- 1. FREE with epoch c, or LAPSED with epoch e -> HELD(owner, c+1 | e+1).
+        BEGIN
+            UPDATE lease.leases AS l
+               SET owner = p_owner,
+                   epoch = l.epoch + 1,
+                   expires_at = v_now + p_ttl
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+               AND (l.owner IS NULL OR l.expires_at <= v_now)
+            RETURNING true, l.epoch, l.expires_at INTO acquired, epoch, expires_at;
 
-        SELECT a.acquired, a.epoch, a.expires_at, a.locked
-          INTO acquired, epoch, expires_at, v_locked
-          FROM lease._acquire_attempt_bounded(
-                   p_key, p_owner, p_ttl,
-                   pg_catalog.ceil(pg_catalog.date_part('epoch', v_lock_wait) * 1000)::integer) AS a;
+            IF acquired THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            -- Nothing granted: undo the row lock a lost race may hold.
+            RAISE EXCEPTION USING ERRCODE = 'PLL01';
+        EXCEPTION
+            WHEN SQLSTATE 'PLL01' THEN
+                NULL;
+        END;
+
+        -- 2. Why not?
+        SELECT l.owner, l.epoch, l.expires_at
+          INTO v_owner, v_epoch, v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C";
+
+        IF NOT FOUND THEN
+            -- 3. NEVER -> HELD(owner, 1, now + ttl).
+            INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
+            VALUES (p_key, p_owner, 1, v_now + p_ttl)
+            ON CONFLICT (key) DO NOTHING
+            RETURNING true, l.epoch, l.expires_at INTO acquired, epoch, expires_at;
+
+            IF acquired THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        ELSIF v_owner IS NOT NULL AND v_now < v_expires_at THEN
+            -- HELD (§2): the same owner gets its grant unchanged, anyone
+            -- else is denied.
+            IF v_owner = p_owner COLLATE pg_catalog."C" THEN
+                acquired := true;
+                epoch := v_epoch;
+                expires_at := v_expires_at;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            EXIT;
+        END IF;
+
+        -- 4. The key changed since the UPDATE's snapshot.
+        EXIT WHEN v_again;
+        v_again := true;
+    END LOOP;
+
+    acquired := false;
+    epoch := NULL;
+    expires_at := NULL;
+    RETURN NEXT;
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.acquire(text, text, interval, interval) IS
+    'acquire(key, owner, ttl, wait => 0): grant key to owner until server time + ttl; returns (acquired, epoch, expires_at); '
+    'the same owner gets its live grant back unchanged; wait > 0 polls every 50 ms and raises 57014 when it runs out';
+
+/*
+ * lease._acquire_wait: a blocking acquire (§4, wait > 0), called by
+ * lease.acquire after validation.
+ *
+ * It makes attempts (lease.acquire with wait = 0) until one succeeds or the
+ * deadline (start + wait) has passed, sleeping the poll interval (50 ms,
+ * less if less remains) between attempts.  Every attempt is a new
+ * statement and therefore reads a fresh READ COMMITTED snapshot: it sees a
+ * release or a lapse that committed meanwhile.  A failed attempt leaves no
+ * row lock behind (see lease.acquire), so waiting never delays the holder's
+ * renew and release (§5).
+ *
+ * An attempt's only waits are heavyweight lock waits (a row lock, or an
+ * uncommitted insert of the same key).  lock_timeout caps each at the time
+ * left, at most one poll interval, so the call ends no later than wait +
+ * one poll interval + one attempt, also under a foreign row lock (§4).  The
+ * timeout error (55P03) rolls back the attempt's subtransaction and so
+ * everything the attempt did; the attempt then counts as "not acquirable
+ * yet, another transaction has the row locked".  lock_timeout appears in
+ * the SET clause only to scope the set_config() calls below: a
+ * function-level SET makes PostgreSQL restore the variable when the
+ * function exits, so the caller's own lock_timeout is untouched.
+ *
+ * On timeout: SQLSTATE 57014.  statement_timeout raises the same SQLSTATE;
+ * the message tells them apart.
+ */
+CREATE FUNCTION lease._acquire_wait(
+    p_key   text,
+    p_owner text,
+    p_ttl   interval,
+    p_wait  interval)
+    RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
+    LANGUAGE plpgsql
+    VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '50ms'
+    ROWS 1
+AS $function$
+DECLARE
+    c_poll     CONSTANT interval := interval '50 milliseconds';
+    v_deadline CONSTANT timestamptz := pg_catalog.clock_timestamp() + p_wait;
+    v_now      timestamptz;
+    v_locked   boolean;
+BEGIN
+    LOOP
+        PERFORM pg_catalog.set_config(
+            'lock_timeout',
+            GREATEST(pg_catalog.ceil(1000 * pg_catalog.date_part(
+                         'epoch', LEAST(c_poll, v_deadline - pg_catalog.clock_timestamp()))),
+                     1)::text || 'ms',
+            true);
+        v_locked := false;
+        BEGIN
+            SELECT a.acquired, a.epoch, a.expires_at
+              INTO acquired, epoch, expires_at
+              FROM lease.acquire(p_key, p_owner, p_ttl) AS a;
+        EXCEPTION
+            WHEN lock_not_available THEN
+                acquired := false;
+                v_locked := true;
+        END;
 
         IF acquired THEN
             RETURN NEXT;
@@ -608,9 +629,7 @@ BEGIN
 END;
 $function$;
 
-COMMENT ON FUNCTION lease.acquire(text, text, interval, interval) IS
-    'acquire(key, owner, ttl, wait => 0): grant key to owner until server time + ttl; returns (acquired, epoch, expires_at); '
-    'the same owner gets its live grant back unchanged; wait > 0 polls every 50 ms and raises 57014 when it runs out';
+REVOKE ALL ON FUNCTION lease._acquire_wait(text, text, interval, interval) FROM PUBLIC;
 
 /*
  * lease.renew (§4 renew).  The success path is a single guarded UPDATE; the
@@ -632,19 +651,11 @@ AS $function$
 DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    -- Fast path (§3), as in acquire.
-    IF p_key IS NULL OR p_owner IS NULL OR p_epoch IS NULL
-       OR pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000
-       OR pg_catalog.octet_length(p_owner) NOT BETWEEN 1 AND 1000
-       OR (CASE WHEN p_ttl > interval '0' AND p_ttl <= interval '1000 years'
-                THEN lease._has_negative_field(p_ttl) ELSE true END)
-    THEN
+    -- Fast path: see lease._is_plain_text.
+    IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
+        AND p_epoch IS NOT NULL AND lease._is_plain_ttl(p_ttl)
+        AND lease._is_plain_session()) IS NOT TRUE THEN
         PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
-    END IF;
-    -- Fast path: lease._begin_write only acts in a read-only transaction or
-    -- with synchronous_commit off; skip its PERFORM otherwise.
-    IF pg_catalog.current_setting('transaction_read_only') = 'on'
-       OR pg_catalog.current_setting('synchronous_commit') = 'off' THEN
         PERFORM lease._begin_write('renew'::text);
     END IF;
 
@@ -655,10 +666,9 @@ BEGIN
            AND l.owner = p_owner COLLATE pg_catalog."C"
            AND l.epoch = p_epoch
            AND l.expires_at > v_now
-        RETURNING l.expires_at INTO expires_at;
+        RETURNING 'ok', l.expires_at INTO status, expires_at;
 
         IF FOUND THEN
-            status := 'ok';
             RETURN NEXT;
             RETURN;
         END IF;
@@ -694,17 +704,10 @@ AS $function$
 DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    -- Fast path (§3), as in acquire.
-    IF p_key IS NULL OR p_owner IS NULL OR p_epoch IS NULL
-       OR pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000
-       OR pg_catalog.octet_length(p_owner) NOT BETWEEN 1 AND 1000
-    THEN
+    -- Fast path: see lease._is_plain_text.
+    IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
+        AND p_epoch IS NOT NULL AND lease._is_plain_session()) IS NOT TRUE THEN
         PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
-    END IF;
-    -- Fast path: lease._begin_write only acts in a read-only transaction or
-    -- with synchronous_commit off; skip its PERFORM otherwise.
-    IF pg_catalog.current_setting('transaction_read_only') = 'on'
-       OR pg_catalog.current_setting('synchronous_commit') = 'off' THEN
         PERFORM lease._begin_write('release'::text);
     END IF;
 
@@ -716,10 +719,10 @@ BEGIN
          WHERE l.key = p_key COLLATE pg_catalog."C"
            AND l.owner = p_owner COLLATE pg_catalog."C"
            AND l.epoch = p_epoch
-           AND l.expires_at > v_now;
+           AND l.expires_at > v_now
+        RETURNING 'ok' INTO status;
 
         IF FOUND THEN
-            status := 'ok';
             RETURN NEXT;
             RETURN;
         END IF;
@@ -753,8 +756,8 @@ AS $function$
 DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    -- Fast path (§3), as in acquire.
-    IF p_key IS NULL OR pg_catalog.octet_length(p_key) NOT BETWEEN 1 AND 1000 THEN
+    -- Fast path: see lease._is_plain_text.
+    IF lease._is_plain_text(p_key) IS NOT TRUE THEN
         PERFORM lease._validate('inspect'::text, p_key, NULL::text, NULL::bigint, NULL::interval, NULL::interval);
     END IF;
 

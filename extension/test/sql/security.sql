@@ -41,7 +41,8 @@ SELECT c.oid::regclass AS relation, c.relowner = 10 AS owned_by_bootstrap_superu
  WHERE c.relnamespace = 'lease'::regnamespace AND c.relkind = 'r';
 
 -- the API is SECURITY DEFINER, executable by anyone and documented; the
--- helpers are neither; every function pins search_path
+-- helpers are neither; every PL/pgSQL function pins search_path (the SQL
+-- helpers have SQL-standard bodies, bound when they were created)
 SELECT p.oid::regprocedure AS function,
        p.proowner = 10 AS owned_by_bootstrap_superuser,
        p.prosecdef AS security_definer,
@@ -73,8 +74,11 @@ UPDATE lease.leases SET epoch = 1;
 DELETE FROM lease.leases;
 TRUNCATE lease.leases;
 SELECT lease._validate('acquire', 'k', 'o', NULL, interval '1 hour', interval '0');
-SELECT * FROM lease._acquire_attempt('job-1', 'app', interval '1 hour');
-SELECT * FROM lease._acquire_attempt_bounded('job-1', 'app', interval '1 hour', 10);
+SELECT * FROM lease._acquire_wait('job-1', 'app', interval '1 hour', interval '1 second');
+SELECT lease._is_plain_text('k');
+SELECT lease._is_plain_ttl(interval '1 hour');
+SELECT lease._is_plain_zero(interval '0');
+SELECT lease._is_plain_session();
 SELECT lease._refusal('job-1', 'app', 1, now());
 SELECT lease._has_negative_field(interval '1 day');
 SELECT lease._begin_write('acquire');

@@ -134,6 +134,11 @@ const ttlCases: Case[] = [
   { name: 'a negative ttl', ttl: '-1 second', violations: ['ttl'] },
   { name: 'a negative ttl of one microsecond', ttl: '-1 microsecond', violations: ['ttl'] },
   { name: 'a negative ttl of days', ttl: '-3 days', violations: ['ttl'] },
+  {
+    name: "a ttl of '1 mon -30 days 5 minutes' (above zero, months and days cancel out)",
+    ttl: '1 mon -30 days 5 minutes',
+    violations: ['ttl'],
+  },
   { name: "an infinite ttl 'infinity'", ttl: 'infinity', violations: ['ttl'], infinite: true },
   { name: "an infinite ttl '-infinity'", ttl: '-infinity', violations: ['ttl'], infinite: true },
 ];
@@ -142,6 +147,8 @@ const waitCases: Case[] = [
   { name: 'a NULL wait', wait: null, violations: ['wait'] },
   { name: 'a negative wait', wait: '-1 second', violations: ['wait'] },
   { name: 'a negative wait of one microsecond', wait: '-1 microsecond', violations: ['wait'] },
+  { name: "a wait of '1 mon -30 days' (equal to zero)", wait: '1 mon -30 days', violations: ['wait'] },
+  { name: "a wait of '1 day -24 hours' (equal to zero)", wait: '1 day -24 hours', violations: ['wait'] },
   { name: "an infinite wait 'infinity'", wait: 'infinity', violations: ['wait'], infinite: true },
   { name: "an infinite wait '-infinity'", wait: '-infinity', violations: ['wait'], infinite: true },
 ];
@@ -282,6 +289,42 @@ describe('release validation', () => {
 describe('inspect validation', () => {
   for (const testCase of keyCases)
     caseTest('inspect', testCase, (c) => inspect(db.pool, pick(c.key, heldKey)));
+});
+
+/**
+ * The API tests plainly valid input with cheap predicates first and sends everything else to
+ * the full validation; that fast path must change the speed of a call, never its answer. Its
+ * interval tests read the interval's text form, which depends on IntervalStyle.
+ */
+describe('every IntervalStyle gets the same answers', () => {
+  for (const style of ['postgres', 'postgres_verbose', 'sql_standard', 'iso_8601']) {
+    test(`with IntervalStyle ${style}, valid calls work and mixed-sign intervals are refused`, async () => {
+      const client = await db.pool.connect();
+      try {
+        await client.query(`SET IntervalStyle = ${style}`);
+        const key = uniqueKey(`style-${style}`);
+        const granted = await acquire(client, key, 'worker-a', '5 minutes', '0');
+        assert.equal(granted.acquired, true);
+        const again = await acquire(client, key, 'worker-a', '1 day', '0 seconds');
+        assert.deepEqual([again.acquired, again.epoch], [true, granted.epoch]);
+        assert.equal((await renew(client, key, 'worker-a', granted.epoch, '90 seconds')).status, 'ok');
+        await expectInvalid(
+          () => acquire(client, key, 'worker-b', '1 mon -30 days 5 minutes', '0'),
+          ['ttl'],
+        );
+        await expectInvalid(() => acquire(client, key, 'worker-b', '1 minute', '1 mon -30 days'), [
+          'wait',
+        ]);
+        await expectInvalid(
+          () => renew(client, key, 'worker-a', granted.epoch, '1 day -24 hours 1 second'),
+          ['ttl'],
+        );
+        assert.equal((await release(client, key, 'worker-a', granted.epoch)).status, 'ok');
+      } finally {
+        client.release();
+      }
+    });
+  }
 });
 
 describe('the limits themselves are valid', () => {

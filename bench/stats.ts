@@ -38,11 +38,19 @@ export interface LatencySummary {
   p95Us: number;
   p99Us: number;
   maxUs: number;
+  /**
+   * Share of samples logged as exactly 0 us. pgbench can log a call as 0 us when its thread
+   * lost the core between sending and reading: it then reuses the clock reading it took
+   * before. Above a percent or so, percentiles of short calls are understated.
+   */
+  zeroShare: number;
 }
 
 /** Summarises latencies given in microseconds. */
 export function summarise(latenciesUs: number[]): LatencySummary {
   const sorted = Float64Array.from(latenciesUs).sort();
+  let zeros = 0;
+  while (zeros < sorted.length && sorted[zeros] === 0) zeros++;
   return {
     n: sorted.length,
     meanUs: mean(sorted),
@@ -50,6 +58,7 @@ export function summarise(latenciesUs: number[]): LatencySummary {
     p95Us: percentile(sorted, 95),
     p99Us: percentile(sorted, 99),
     maxUs: sorted.length ? sorted[sorted.length - 1]! : Number.NaN,
+    zeroShare: sorted.length ? zeros / sorted.length : Number.NaN,
   };
 }
 

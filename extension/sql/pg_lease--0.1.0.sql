@@ -89,7 +89,9 @@ CREATE TABLE lease.leases (
     epoch       bigint NOT NULL,
     expires_at  timestamptz,
     CONSTRAINT leases_pkey PRIMARY KEY (key),
-    -- Mirrors lease._validate: keys and owners are 1..1000 bytes (§3).
+    -- Mirror lease._validate: keys and owners are 1..1000 bytes (§3).  The
+    -- API relies on them: a row that matches a key and an owner proves both
+    -- valid (see lease._is_plain_text).
     CONSTRAINT leases_key_length
         CHECK (pg_catalog.octet_length(key) BETWEEN 1 AND 1000),
     CONSTRAINT leases_owner_length
@@ -277,18 +279,29 @@ REVOKE ALL ON FUNCTION lease._begin_write(text) FROM PUBLIC;
 
 /*
  * Fast-path predicates (§3): true only for input that is plainly valid and
- * a transaction that needs no adjustment.  Each API function tests them in
- * one expression before anything else; when that expression is not true it
- * calls lease._validate (which raises with the full DETAIL, or returns for
- * valid input of an unusual form) and lease._begin_write.  So they only
- * decide how fast a call is, never what it does.
+ * a transaction that needs no adjustment.  When a test built from them is
+ * not true, the API function calls lease._validate (which raises with the
+ * full DETAIL, or returns for valid input of an unusual form) and, before
+ * writing, lease._begin_write.  So they decide how fast a call is, never
+ * what it does.
  *
  * Why: every API call is usually a transaction of its own, and PL/pgSQL
  * builds the executor state of every expression it evaluates once per
  * transaction.  Those builds were the largest cost of a call beyond its
- * UPDATE, so the checks on the common path are kept few and small.
+ * UPDATE, so the tests on the common path are kept few and small.
  * SQL-standard bodies are inlined into the calling expression when it is
  * planned: no function call at run time.
+ *
+ * What is tested when:
+ *   - before any write: what the write would store unchecked (ttl), what
+ *     picks the branch (wait) and the transaction (lease._is_plain_session);
+ *   - only once the guarded UPDATE has matched nothing: key, owner and
+ *     epoch.  A matching UPDATE proves them valid: the row it matched holds
+ *     this key and owner byte for byte, and the table's CHECK constraints
+ *     keep every stored key and owner within 1 to 1000 bytes; it holds this
+ *     epoch, so the epoch is not NULL.  The owner that acquire writes is
+ *     checked by those same constraints; acquire turns their error into
+ *     lease._validate's.
  *
  * lease._is_plain_text: 1 to 1000 bytes.  A NULL gives NULL, which the
  * callers treat as "not plainly valid".
@@ -456,9 +469,8 @@ DECLARE
     v_expires_at timestamptz;
     v_again      boolean;
 BEGIN
-    -- Fast path: see lease._is_plain_text.  wait = 0 is part of it.
-    IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
-        AND lease._is_plain_ttl(p_ttl) AND lease._is_plain_zero(p_wait)
+    -- Fast path (see lease._is_plain_text); wait = 0 is part of it.
+    IF (lease._is_plain_ttl(p_ttl) AND lease._is_plain_zero(p_wait)
         AND lease._is_plain_session()) IS NOT TRUE THEN
         PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
         PERFORM lease._begin_write('acquire'::text);
@@ -490,7 +502,17 @@ BEGIN
         EXCEPTION
             WHEN SQLSTATE 'PLL01' THEN
                 NULL;
+            WHEN check_violation THEN
+                -- The new row broke the table's CHECK constraints: the owner
+                -- is invalid.  lease._validate says so (22023).
+                PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
+                RAISE;
         END;
+
+        -- Nothing granted: now check what the UPDATE did not prove valid.
+        IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)) IS NOT TRUE THEN
+            PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
+        END IF;
 
         -- 2. Why not?
         SELECT l.owner, l.epoch, l.expires_at
@@ -652,9 +674,7 @@ DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
     -- Fast path: see lease._is_plain_text.
-    IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
-        AND p_epoch IS NOT NULL AND lease._is_plain_ttl(p_ttl)
-        AND lease._is_plain_session()) IS NOT TRUE THEN
+    IF (lease._is_plain_ttl(p_ttl) AND lease._is_plain_session()) IS NOT TRUE THEN
         PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
         PERFORM lease._begin_write('renew'::text);
     END IF;
@@ -673,6 +693,11 @@ BEGIN
             RETURN;
         END IF;
 
+        -- Nothing matched: now check what a match would have proven valid.
+        IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
+            AND p_epoch IS NOT NULL) IS NOT TRUE THEN
+            PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
+        END IF;
         status := lease._refusal(p_key, p_owner, p_epoch, v_now);
         EXIT WHEN status IS NOT NULL;
     END LOOP;
@@ -705,8 +730,7 @@ DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
     -- Fast path: see lease._is_plain_text.
-    IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
-        AND p_epoch IS NOT NULL AND lease._is_plain_session()) IS NOT TRUE THEN
+    IF lease._is_plain_session() IS NOT TRUE THEN
         PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
         PERFORM lease._begin_write('release'::text);
     END IF;
@@ -727,6 +751,11 @@ BEGIN
             RETURN;
         END IF;
 
+        -- Nothing matched: now check what a match would have proven valid.
+        IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
+            AND p_epoch IS NOT NULL) IS NOT TRUE THEN
+            PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
+        END IF;
         status := lease._refusal(p_key, p_owner, p_epoch, v_now);
         EXIT WHEN status IS NOT NULL;
     END LOOP;

@@ -220,6 +220,41 @@ describe('acquire validation', () => {
   );
 });
 
+/**
+ * acquire checks key and owner only once its guarded UPDATE grants nothing; a granting UPDATE
+ * proves them valid through the table's CHECK constraints. So an invalid owner must be refused
+ * alike whether the key is free, lapsed or never granted, and renew and release likewise on a
+ * key whose row would otherwise match.
+ */
+describe('invalid key, owner or epoch on a key in every state', () => {
+  const states = {
+    free: async (key: string) => {
+      const granted = await acquire(db.pool, key, 'worker-a', '1 minute');
+      await release(db.pool, key, 'worker-a', granted.epoch!);
+    },
+    lapsed: async (key: string) => {
+      await acquire(db.pool, key, 'worker-a', '1 microsecond');
+    },
+    'never granted': async () => {},
+  };
+  for (const [state, prepare] of Object.entries(states))
+    for (const testCase of ownerCases)
+      test(`acquire of a ${state} key with ${testCase.name} raises 22023 and changes nothing`, async () => {
+        const key = uniqueKey(`owner-${state}`);
+        await prepare(key);
+        await expectInvalid(
+          () => acquire(db.pool, key, testCase.owner ?? null, '1 minute'),
+          testCase.violations,
+        );
+      });
+  test('renew and release of the holder with a NULL epoch raise 22023 and change nothing', async () => {
+    const key = uniqueKey('held-null-epoch');
+    await acquire(db.pool, key, 'worker-a', '1 minute');
+    await expectInvalid(() => renew(db.pool, key, 'worker-a', null, '1 minute'), ['epoch']);
+    await expectInvalid(() => release(db.pool, key, 'worker-a', null), ['epoch']);
+  });
+});
+
 describe('renew validation', () => {
   const call = (c: Case) =>
     renew(

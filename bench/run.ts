@@ -7,10 +7,8 @@
  * and writes bench/results/<timestamp>/. With --check it exits 1 when a lease/baseline ratio
  * crosses its CI guard.
  */
-import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { PgCluster, findInstallation, type InstallationRequest } from '../src/testing/index.js';
@@ -36,7 +34,7 @@ import {
   writeCharts,
   type Summary,
 } from './report.js';
-import { buildArms, setupBenchDatabase } from './setup.js';
+import { buildArms, candidateScript, setupBenchDatabase, UsageError } from './setup.js';
 import { WORKLOADS, type Arm, type Workload } from './workloads.js';
 
 const USAGE = `Usage: npm run bench -- [options]
@@ -167,10 +165,6 @@ function parseOptions(argv: string[]): Options {
   };
 }
 
-class UsageError extends Error {
-  override name = 'UsageError';
-}
-
 /**
  * Server settings of the bench cluster. Durable (the harness's test defaults turn fsync off);
  * no autovacuum and rare checkpoints, because the runner vacuums and checkpoints before
@@ -187,32 +181,6 @@ const BENCH_SETTINGS = {
   max_wal_size: '4GB',
   jit: 'off',
 };
-
-/**
- * The install script a candidate stands for: the file itself, or, for a `.patch`/`.diff`
- * (as `git diff` writes it against extension/sql), the shipped script with the patch applied
- * in a scratch copy. A patch that no longer applies fails the run: the proposal is stale.
- */
-function candidateScript(file: string): string {
-  if (!/\.(patch|diff)$/.test(file)) return file;
-  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-bench-candidate-'));
-  const sqlDir = path.join(scratch, 'extension', 'sql');
-  fs.mkdirSync(sqlDir, { recursive: true });
-  const shipped = path.join(PACKAGE_ROOT, 'extension', 'sql');
-  for (const name of fs.readdirSync(shipped))
-    if (name.endsWith('.sql')) fs.copyFileSync(path.join(shipped, name), path.join(sqlDir, name));
-  try {
-    execFileSync('git', ['apply', file], { cwd: scratch, stdio: ['ignore', 'pipe', 'pipe'] });
-  } catch (error) {
-    throw new UsageError(`--candidate ${file} does not apply to extension/sql: ${String(error)}`);
-  }
-  const installScripts = fs
-    .readdirSync(sqlDir)
-    .filter((name) => /^pg_lease--[^-]+\.sql$/.test(name));
-  const newest = installScripts.sort().at(-1);
-  if (!newest) throw new UsageError(`--candidate ${file}: no install script after applying it`);
-  return path.join(sqlDir, newest);
-}
 
 function sha256File(file: string): string | undefined {
   try {

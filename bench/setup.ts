@@ -3,10 +3,45 @@
  * variants of the shipped functions and candidate SQL, all in one database so that one
  * pgbench run can interleave any of them.
  */
+import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import pg from 'pg';
 import type { PgCluster } from '../src/testing/index.js';
+import { PACKAGE_ROOT } from '../src/testing/installation.js';
 import type { Arm } from './workloads.js';
+
+/** A bad command line or option value: the runners print it with their usage and exit 2. */
+export class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+/**
+ * The install script a candidate stands for: the file itself, or, for a `.patch`/`.diff`
+ * (as `git diff` writes it against extension/sql), the shipped script with the patch applied
+ * in a scratch copy. A patch that no longer applies fails the run: the proposal is stale.
+ */
+export function candidateScript(file: string): string {
+  if (!/\.(patch|diff)$/.test(file)) return file;
+  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-bench-candidate-'));
+  const sqlDir = path.join(scratch, 'extension', 'sql');
+  fs.mkdirSync(sqlDir, { recursive: true });
+  const shipped = path.join(PACKAGE_ROOT, 'extension', 'sql');
+  for (const name of fs.readdirSync(shipped))
+    if (name.endsWith('.sql')) fs.copyFileSync(path.join(shipped, name), path.join(sqlDir, name));
+  try {
+    execFileSync('git', ['apply', file], { cwd: scratch, stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (error) {
+    throw new UsageError(`--candidate ${file} does not apply to extension/sql: ${String(error)}`);
+  }
+  const installScripts = fs
+    .readdirSync(sqlDir)
+    .filter((name) => /^pg_lease--[^-]+\.sql$/.test(name));
+  const newest = installScripts.sort().at(-1);
+  if (!newest) throw new UsageError(`--candidate ${file}: no install script after applying it`);
+  return path.join(sqlDir, newest);
+}
 
 /** The database everything runs in. */
 export const BENCH_DATABASE = 'bench';

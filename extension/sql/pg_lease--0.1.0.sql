@@ -785,21 +785,23 @@ AS $function$
 DECLARE
     v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    -- Fast path: see lease._is_plain_text.
-    IF lease._is_plain_text(p_key) IS NOT TRUE THEN
-        PERFORM lease._validate('inspect'::text, p_key, NULL::text, NULL::bigint, NULL::interval, NULL::interval);
+    SELECT l.owner, l.epoch, l.expires_at
+      INTO owner, epoch, expires_at
+      FROM lease.leases AS l
+     WHERE l.key = p_key COLLATE pg_catalog."C";
+    IF NOT FOUND THEN
+        -- No row: now check the key, which a matching row proves valid.
+        IF lease._is_plain_text(p_key) IS NOT TRUE THEN
+            PERFORM lease._validate('inspect'::text, p_key, NULL::text, NULL::bigint, NULL::interval, NULL::interval);
+        END IF;
+        RETURN;
     END IF;
-
-    RETURN QUERY
-        SELECT s.held,
-               CASE WHEN s.held THEN l.owner END,
-               l.epoch,
-               CASE WHEN s.held THEN l.expires_at END
-          FROM lease.leases AS l
-         CROSS JOIN LATERAL (
-               SELECT l.owner IS NOT NULL AND v_now < l.expires_at AS held
-               ) AS s
-         WHERE l.key = p_key COLLATE pg_catalog."C";
+    held := owner IS NOT NULL AND v_now < expires_at;
+    IF NOT held THEN
+        owner := NULL;
+        expires_at := NULL;
+    END IF;
+    RETURN NEXT;
 END;
 $function$;
 

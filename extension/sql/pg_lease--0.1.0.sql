@@ -13,8 +13,10 @@
  * superuser, who owns the table and every function.  So the installing role
  * reaches the table only through the API, like everyone else.  The four API
  * functions are SECURITY DEFINER and therefore run as that superuser.  Every
- * function pins search_path to "pg_catalog, pg_temp" and names every table
- * and function with its schema.  Operators are left unqualified on purpose:
+ * PL/pgSQL function pins search_path to "pg_catalog, pg_temp" and names
+ * every table and function with its schema; the SQL helpers have
+ * SQL-standard bodies, whose names are resolved once, when they are
+ * created.  Operators are left unqualified on purpose:
  * with that search_path, operator lookup sees pg_catalog only (pg_temp is
  * never searched for functions or operators), so a caller's
  * public.=(text, text) or similar cannot be picked up;
@@ -615,7 +617,7 @@ BEGIN
         BEGIN
             SELECT a.acquired, a.epoch, a.expires_at
               INTO acquired, epoch, expires_at
-              FROM lease.acquire(p_key, p_owner, p_ttl) AS a;
+              FROM lease.acquire(p_key, p_owner, p_ttl, interval '0') AS a;
         EXCEPTION
             WHEN lock_not_available THEN
                 acquired := false;

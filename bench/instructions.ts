@@ -239,6 +239,7 @@ async function main(): Promise<number> {
       });
       lines.push(`| ${operation.title} | ${k(bare)} | ${cells.join(' | ')} |`);
     }
+    lines.push('', ...others.map((arm) => `- \`${arm.id}\`: ${arm.label}`));
     const table = `${lines.join('\n')}\n`;
     process.stdout.write(table);
     if (options.out) fs.writeFileSync(options.out, table);

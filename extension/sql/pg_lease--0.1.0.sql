@@ -371,7 +371,10 @@ REVOKE ALL ON FUNCTION lease._is_plain_session() FROM PUBLIC;
  *   lapsed          the caller's grant has expired
  *   epoch_mismatch  the caller's live grant has another epoch
  * Returns NULL when the row now matches after all: it changed between the
- * UPDATE's snapshot and this one, and the caller should try again.
+ * UPDATE's snapshot and this one, and the caller should try again.  The
+ * callers validate a NULL epoch away first; IS DISTINCT FROM still makes
+ * one a refusal rather than a "matches after all" that they would retry
+ * for ever.
  */
 CREATE FUNCTION lease._refusal(
     p_key   text,
@@ -398,7 +401,7 @@ BEGIN
         RETURN 'not_owner';
     ELSIF p_now >= v_expires_at THEN
         RETURN 'lapsed';
-    ELSIF v_epoch <> p_epoch THEN
+    ELSIF v_epoch IS DISTINCT FROM p_epoch THEN
         RETURN 'epoch_mismatch';
     END IF;
     RETURN NULL;

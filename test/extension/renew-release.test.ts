@@ -306,3 +306,18 @@ describe('release ok', { concurrency: true }, () => {
     assert.equal((await acquire(db.pool, key, 'worker-b', '1 minute')).epoch, epoch + 1n);
   });
 });
+
+describe('naming a refusal', () => {
+  test('the internal refusal check reports epoch_mismatch for a NULL epoch on a live grant', async () => {
+    // renew and release raise 22023 for a NULL epoch before they get here; should that check
+    // ever be skipped, the refusal must still be a status, not "matches after all", which
+    // they would retry for ever.
+    const key = uniqueKey('refusal-null-epoch');
+    assert.equal((await acquire(db.pool, key, 'worker-a', '1 minute')).acquired, true);
+    const { rows } = await db.pool.query<{ status: string | null }>(
+      'SELECT lease._refusal($1, $2, NULL::bigint, clock_timestamp()) AS status',
+      [key, 'worker-a'],
+    );
+    assert.equal(rows[0]!.status, 'epoch_mismatch');
+  });
+});

@@ -52,48 +52,70 @@ interface Operation {
 }
 
 const KEY = `'ic-' || i`;
-const FAIL = `RAISE EXCEPTION 'call % did not succeed', i`;
+
+/** A call that stores its outcome in `ok`, then fails the loop when `failed` holds. */
+const checked = (call: string, failed: string) =>
+  `${call} IF ${failed} THEN RAISE EXCEPTION 'call % did not succeed', i; END IF;`;
+
+const leaseAcquire = (s: string) =>
+  `SELECT a.acquired INTO ok FROM ${s}.acquire(${KEY}, 'bench', interval '5 minutes') AS a;`;
+
+/** The bench's bare acquire: the conditional upsert; on a key held by another it returns no row. */
+const BARE_UPSERT = `INSERT INTO bare.leases AS l (key, owner, epoch, expires_at) VALUES (${KEY}, 'bench', 1, clock_timestamp() + interval '5 minutes') ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() RETURNING true INTO ok;`;
 
 const OPERATIONS: Operation[] = [
   {
     id: 'acquire',
     title: 'acquire of a free key',
     keys: 'free',
-    lease: (s) =>
-      `SELECT a.acquired INTO ok FROM ${s}.acquire(${KEY}, 'bench', interval '5 minutes') AS a; IF ok IS NOT TRUE THEN ${FAIL}; END IF;`,
-    bare: `INSERT INTO bare.leases AS l (key, owner, epoch, expires_at) VALUES (${KEY}, 'bench', 1, clock_timestamp() + interval '5 minutes') ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() RETURNING true INTO ok; IF ok IS NOT TRUE THEN ${FAIL}; END IF;`,
+    lease: (s) => checked(leaseAcquire(s), 'ok IS NOT TRUE'),
+    bare: checked(BARE_UPSERT, 'ok IS NOT TRUE'),
   },
   {
     id: 'renew',
     title: 'renew of a held key',
     keys: 'held',
     lease: (s) =>
-      `SELECT r.status = 'ok' INTO ok FROM ${s}.renew(${KEY}, 'bench', 1, interval '5 minutes') AS r; IF ok IS NOT TRUE THEN ${FAIL}; END IF;`,
-    bare: `UPDATE bare.leases SET expires_at = clock_timestamp() + interval '5 minutes' WHERE key = ${KEY} AND owner = 'bench' AND epoch = 1 AND expires_at > clock_timestamp() RETURNING true INTO ok; IF ok IS NOT TRUE THEN ${FAIL}; END IF;`,
+      checked(
+        `SELECT r.status = 'ok' INTO ok FROM ${s}.renew(${KEY}, 'bench', 1, interval '5 minutes') AS r;`,
+        'ok IS NOT TRUE',
+      ),
+    bare: checked(
+      `UPDATE bare.leases SET expires_at = clock_timestamp() + interval '5 minutes' WHERE key = ${KEY} AND owner = 'bench' AND epoch = 1 AND expires_at > clock_timestamp() RETURNING true INTO ok;`,
+      'ok IS NOT TRUE',
+    ),
   },
   {
     id: 'release',
     title: 'release of a held key',
     keys: 'held',
     lease: (s) =>
-      `SELECT r.status = 'ok' INTO ok FROM ${s}.release(${KEY}, 'bench', 1) AS r; IF ok IS NOT TRUE THEN ${FAIL}; END IF;`,
-    bare: `UPDATE bare.leases SET owner = NULL, expires_at = NULL, epoch = epoch + 1 WHERE key = ${KEY} AND owner = 'bench' AND epoch = 1 AND expires_at > clock_timestamp() RETURNING true INTO ok; IF ok IS NOT TRUE THEN ${FAIL}; END IF;`,
+      checked(
+        `SELECT r.status = 'ok' INTO ok FROM ${s}.release(${KEY}, 'bench', 1) AS r;`,
+        'ok IS NOT TRUE',
+      ),
+    bare: checked(
+      `UPDATE bare.leases SET owner = NULL, expires_at = NULL, epoch = epoch + 1 WHERE key = ${KEY} AND owner = 'bench' AND epoch = 1 AND expires_at > clock_timestamp() RETURNING true INTO ok;`,
+      'ok IS NOT TRUE',
+    ),
   },
   {
     id: 'inspect',
     title: 'inspect of a held key',
     keys: 'held',
     lease: (s) =>
-      `SELECT n.held INTO ok FROM ${s}.inspect(${KEY}) AS n; IF ok IS NOT TRUE THEN ${FAIL}; END IF;`,
-    bare: `SELECT l.owner IS NOT NULL INTO ok FROM bare.leases AS l WHERE l.key = ${KEY}; IF ok IS NOT TRUE THEN ${FAIL}; END IF;`,
+      checked(`SELECT n.held INTO ok FROM ${s}.inspect(${KEY}) AS n;`, 'ok IS NOT TRUE'),
+    bare: checked(
+      `SELECT l.owner IS NOT NULL INTO ok FROM bare.leases AS l WHERE l.key = ${KEY};`,
+      'ok IS NOT TRUE',
+    ),
   },
   {
     id: 'denied',
     title: 'acquire of a key held by another owner',
     keys: 'held by another',
-    lease: (s) =>
-      `SELECT a.acquired INTO ok FROM ${s}.acquire(${KEY}, 'bench', interval '5 minutes') AS a; IF ok IS NOT FALSE THEN ${FAIL}; END IF;`,
-    bare: `INSERT INTO bare.leases AS l (key, owner, epoch, expires_at) VALUES (${KEY}, 'bench', 1, clock_timestamp() + interval '5 minutes') ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() RETURNING true INTO ok; IF ok IS NOT NULL THEN ${FAIL}; END IF;`,
+    lease: (s) => checked(leaseAcquire(s), 'ok IS NOT FALSE'),
+    bare: checked(BARE_UPSERT, 'ok IS NOT NULL'),
   },
 ];
 

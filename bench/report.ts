@@ -42,7 +42,11 @@ export interface Ratio {
   p50: number;
   p95: number;
   p99: number;
-  /** Median over rounds of baseline op rate / arm's: the ratio of mean latencies, from throughput. */
+  /**
+   * Median over rounds of the ratio of mean latencies: from the op rates when the arms ran one
+   * after the other (exact, no clock involved), from the logged means when they were interleaved
+   * in one pgbench run (there the rates only reflect how often pgbench picked each script).
+   */
   meanLatency: number;
   /** Largest share of calls logged as 0 us by either side (see LatencySummary.zeroShare). */
   zeroShare: number;
@@ -150,7 +154,13 @@ export function aggregate(records: RunRecord[]): { cells: Cell[]; ratios: Ratio[
         p50: ratio((r) => r.ops[key.op]!.p50Us),
         p95: ratio((r) => r.ops[key.op]!.p95Us),
         p99: ratio((r) => r.ops[key.op]!.p99Us),
-        meanLatency: median(pairs.map((p) => p.base!.ops[key.op]!.rate / p.arm.ops[key.op]!.rate)),
+        meanLatency: median(
+          pairs.map((p) =>
+            p.arm.interleave === 'run'
+              ? p.base!.ops[key.op]!.rate / p.arm.ops[key.op]!.rate
+              : p.arm.ops[key.op]!.meanUs / p.base!.ops[key.op]!.meanUs,
+          ),
+        ),
         zeroShare: Math.max(
           ...pairs.flatMap((p) => [p.arm.ops[key.op]!.zeroShare, p.base!.ops[key.op]!.zeroShare]),
         ),
@@ -235,7 +245,7 @@ export function evaluate(
             ratio.meanLatency,
             arm,
             c,
-            `mean latency from throughput: pgbench logged up to ${(100 * ratio.zeroShare).toFixed(0)}% of these calls as 0 us`,
+            `mean latency: pgbench logged up to ${(100 * ratio.zeroShare).toFixed(0)}% of these calls as 0 us`,
           );
         else judge(target, ratio.p50, arm, c);
       }
@@ -365,7 +375,8 @@ export function summaryMarkdown(summary: Summary, env: Environment, folder: stri
   if (fallbacks.length > 0)
     L.push(
       '',
-      '† Judged on the ratio of mean latencies (from the op rates), not p50: pgbench logged too many ' +
+      '† Judged on the ratio of mean latencies (from the op rates when the arms ran one after the ' +
+        'other, from the logs when they were interleaved), not p50: pgbench logged too many ' +
         'of the calls as 0 us (its thread lost the core between sending a query and reading the ' +
         `answer, and reused an older clock reading), which understates short calls' percentiles. ` +
         fallbacks

@@ -172,15 +172,6 @@ function parseOptions(argv: string[]): Options | undefined {
   };
 }
 
-/** The account the server runs as when we are root (PostgreSQL refuses root), as the harness does. */
-function serverAccount(): { uid: number; gid: number } | undefined {
-  if (process.getuid?.() !== 0) return undefined;
-  const user = process.env.PG_LEASE_RUN_AS ?? 'nobody';
-  const id = (flag: string) =>
-    Number(execFileSync('id', [flag, user], { encoding: 'utf8' }).trim());
-  return { uid: id('-u'), gid: id('-g') };
-}
-
 function requireValgrind(): string {
   const probe = spawnSync('valgrind', ['--version'], { encoding: 'utf8' });
   if (probe.status !== 0)
@@ -207,7 +198,7 @@ async function main(): Promise<number> {
   try {
     await setupBenchDatabase(cluster, arms, candidateScripts, 1);
     await cluster.stop('fast');
-    const account = serverAccount();
+    const account = cluster.serverAccount;
     const postgres = path.join(cluster.installation.bindir, 'postgres');
     const scratch = path.join(cluster.baseDir, 'single-user');
 

@@ -141,6 +141,14 @@ export class PgCluster implements AsyncDisposable {
       : undefined;
   }
 
+  /**
+   * The Unix account the server runs as (`nobody` or `runAs` when the harness runs as root),
+   * for other server programs on the same data directory; undefined when it is this process's.
+   */
+  get serverAccount(): { uid: number; gid: number } | undefined {
+    return this.#owner;
+  }
+
   /** Whether the postmaster is running. */
   get running(): boolean {
     return this.pid !== undefined;

@@ -52,20 +52,20 @@ describe('pg-lease install', () => {
   test('installs the extension with CREATE EXTENSION and reports its version', async () => {
     const result = await runCli(['install', '--url', viaExtension.url]);
     assert.equal(result.code, 0, result.stderr);
-    assert.match(result.stdout, /^installed pg_lease 0\.1\.0 as an extension$/m);
+    assert.match(result.stdout, /^installed pg_lease 0\.2\.0 as an extension$/m);
     const { rows } = await viaExtension.pool.query<{ extversion: string }>(
       "SELECT extversion FROM pg_extension WHERE extname = 'pg_lease'",
     );
-    assert.deepEqual(rows, [{ extversion: '0.1.0' }]);
+    assert.deepEqual(rows, [{ extversion: '0.2.0' }]);
     const again = await runCli(['install', '--url', viaExtension.url, '--json']);
     assert.equal(again.code, 0, again.stderr);
-    assert.deepEqual(parseJson(again), { version: '0.1.0', method: 'extension', created: false });
+    assert.deepEqual(parseJson(again), { version: '0.2.0', method: 'extension', created: false });
   });
 
   test('--from-bundle installs the same objects without an extension, in working order', async () => {
     const result = await runCli(['install', '--url', viaBundle.url, '--from-bundle', '--json']);
     assert.equal(result.code, 0, result.stderr);
-    assert.deepEqual(parseJson(result), { version: '0.1.0', method: 'bundle', created: true });
+    assert.deepEqual(parseJson(result), { version: '0.2.0', method: 'bundle', created: true });
     const { rows } = await viaBundle.pool.query(
       "SELECT 1 FROM pg_extension WHERE extname = 'pg_lease'",
     );
@@ -90,7 +90,7 @@ describe('pg-lease install', () => {
     assert.equal(bundle.code, 0, bundle.stderr);
     assert.match(
       bundle.stdout,
-      /pg_lease 0\.1\.0 is already installed \(from the bundled script\)/,
+      /pg_lease 0\.2\.0 is already installed \(from the bundled script\)/,
     );
     const plain = await runCli(['install', '--url', viaBundle.url]);
     assert.equal(plain.code, 0, plain.stderr);

@@ -21,7 +21,7 @@ import {
   uniqueKey,
 } from '../support/lease-calls.js';
 
-/** The DETAIL phrase for each constraint, as worded by extension/sql/pg_lease--0.1.0.sql. */
+/** The DETAIL phrase for each constraint, as worded by extension/src. */
 const PHRASE = {
   keyEmpty: 'key must be a non-empty string',
   keyLong: 'key must be at most 1000 bytes',

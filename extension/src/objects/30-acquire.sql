@@ -1,0 +1,155 @@
+/*
+ * lease.acquire (§4 acquire, §5).
+ *
+ * wait = 0 is one attempt, with no sleep.  wait > 0 goes to
+ * lease._acquire_wait, which repeats such attempts (each a call of this
+ * function with wait = 0) until one succeeds or the wait runs out.
+ *
+ * The contract's trap (§5): INSERT ... ON CONFLICT DO UPDATE ... WHERE locks
+ * the existing row even when its WHERE rejects it, and that lock lives until
+ * the caller's transaction ends, so a denied acquire in an open transaction
+ * would block the holder's renew and release.  A plain UPDATE has the same
+ * flaw in a race: under READ COMMITTED, when the row it wants was changed by
+ * a concurrent transaction, it locks the newest version before rechecking
+ * its WHERE (EvalPlanQual) and keeps that lock if the recheck fails.
+ *
+ * So an attempt never keeps a lock on a row it did not win:
+ *
+ *   1. FREE or LAPSED: UPDATE ... WHERE <free or lapsed> inside a
+ *      subtransaction (a BEGIN ... EXCEPTION block).  This is the common
+ *      case and costs one statement.  Row locks serialize concurrent
+ *      grants; the recheck admits exactly one winner.  When the UPDATE
+ *      grants nothing, a private SQLSTATE rolls the subtransaction back,
+ *      which releases any lock the recheck took.  On a key HELD by anyone
+ *      the UPDATE matches nothing without taking a lock or an XID, so it
+ *      writes nothing.
+ *   2. Otherwise a plain SELECT (fresh READ COMMITTED snapshot, no lock)
+ *      tells why.  HELD by the caller: its grant as it stands, with no write
+ *      at all (I4).  HELD by another: denied.
+ *   3. NEVER: INSERT ... ON CONFLICT (key) DO NOTHING.  DO NOTHING takes no
+ *      row lock; it waits for a concurrent uncommitted insert of the key to
+ *      finish and then either inserts (the other side rolled back) or does
+ *      nothing (it committed).  The unique index admits one winner.
+ *   4. The SELECT finds the key FREE or LAPSED, or the insert lost its
+ *      race: the key changed after the UPDATE's snapshot.  Go round once
+ *      more; if that second round ends the same way, deny.  A denial is
+ *      linearizable: when the UPDATE matched nothing, the key was held.
+ *
+ * Like any UPDATE, step 1 or 3 waits for a concurrent uncommitted operation
+ * on the same row (§4: wait = 0 may do so); the caller's lock_timeout
+ * applies.  lease._acquire_wait caps that wait for blocking acquires.
+ *
+ * Every granting statement runs in a subtransaction or is the INSERT, so a
+ * transaction that grants more than 64 existing keys overflows the
+ * subtransaction cache; the README notes this.
+ */
+CREATE OR REPLACE FUNCTION lease.acquire(
+    p_key   text,
+    p_owner text,
+    p_ttl   interval,
+    p_wait  interval DEFAULT interval '0')
+    RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+DECLARE
+    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_owner      text;
+    v_epoch      bigint;
+    v_expires_at timestamptz;
+    v_again      boolean;
+BEGIN
+    -- Fast path (see lease._is_plain_text); wait = 0 is part of it.
+    IF (lease._is_plain_ttl(p_ttl) AND lease._is_plain_zero(p_wait)
+        AND lease._is_plain_session()) IS NOT TRUE THEN
+        PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
+        PERFORM lease._begin_write('acquire'::text);
+        IF p_wait <> interval '0' THEN
+            RETURN QUERY
+                SELECT w.acquired, w.epoch, w.expires_at
+                  FROM lease._acquire_wait(p_key, p_owner, p_ttl, p_wait) AS w;
+            RETURN;
+        END IF;
+    END IF;
+
+    LOOP
+        -- 1. FREE with epoch c, or LAPSED with epoch e -> HELD(owner, c+1 | e+1).
+        BEGIN
+            UPDATE lease.leases AS l
+               SET owner = p_owner,
+                   epoch = l.epoch + 1,
+                   expires_at = v_now + p_ttl
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+               AND (l.owner IS NULL OR l.expires_at <= v_now)
+            RETURNING true, l.epoch, l.expires_at INTO acquired, epoch, expires_at;
+
+            IF acquired THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            -- Nothing granted: undo the row lock a lost race may hold.
+            RAISE EXCEPTION USING ERRCODE = 'PLL01';
+        EXCEPTION
+            WHEN SQLSTATE 'PLL01' THEN
+                NULL;
+            WHEN check_violation THEN
+                -- The new row broke the table's CHECK constraints: the owner
+                -- is invalid.  lease._validate says so (22023).
+                PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
+                RAISE;
+        END;
+
+        -- Nothing granted: now check what the UPDATE did not prove valid.
+        IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)) IS NOT TRUE THEN
+            PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
+        END IF;
+
+        -- 2. Why not?
+        SELECT l.owner, l.epoch, l.expires_at
+          INTO v_owner, v_epoch, v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C";
+
+        IF NOT FOUND THEN
+            -- 3. NEVER -> HELD(owner, 1, now + ttl).
+            INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
+            VALUES (p_key, p_owner, 1, v_now + p_ttl)
+            ON CONFLICT (key) DO NOTHING
+            RETURNING true, l.epoch, l.expires_at INTO acquired, epoch, expires_at;
+
+            IF acquired THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        ELSIF v_owner IS NOT NULL AND v_now < v_expires_at THEN
+            -- HELD (§2): the same owner gets its grant unchanged, anyone
+            -- else is denied.
+            IF v_owner = p_owner COLLATE pg_catalog."C" THEN
+                acquired := true;
+                epoch := v_epoch;
+                expires_at := v_expires_at;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            EXIT;
+        END IF;
+
+        -- 4. The key changed since the UPDATE's snapshot.
+        EXIT WHEN v_again;
+        v_again := true;
+    END LOOP;
+
+    acquired := false;
+    epoch := NULL;
+    expires_at := NULL;
+    RETURN NEXT;
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.acquire(text, text, interval, interval) IS
+    'acquire(key, owner, ttl, wait => 0): grant key to owner until server time + ttl; returns (acquired, epoch, expires_at); '
+    'the same owner gets its live grant back unchanged; wait > 0 polls every 50 ms and raises 57014 when it runs out';
+

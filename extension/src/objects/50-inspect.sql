@@ -1,0 +1,40 @@
+/*
+ * lease.inspect (§4 inspect).  Advisory: the answer may be stale as soon as
+ * it is returned.  No row for a key never granted; a free or lapsed key
+ * reports held = false, no owner, no expiry, and its epoch as the fencing
+ * watermark (anything guarded by an epoch <= it is stale).
+ */
+CREATE OR REPLACE FUNCTION lease.inspect(p_key text)
+    RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
+    LANGUAGE plpgsql
+    STABLE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+DECLARE
+    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    SELECT l.owner, l.epoch, l.expires_at
+      INTO owner, epoch, expires_at
+      FROM lease.leases AS l
+     WHERE l.key = p_key COLLATE pg_catalog."C";
+    IF NOT FOUND THEN
+        -- No row: now check the key, which a matching row proves valid.
+        IF lease._is_plain_text(p_key) IS NOT TRUE THEN
+            PERFORM lease._validate('inspect'::text, p_key, NULL::text, NULL::bigint, NULL::interval, NULL::interval);
+        END IF;
+        RETURN;
+    END IF;
+    held := owner IS NOT NULL AND v_now < expires_at;
+    IF NOT held THEN
+        owner := NULL;
+        expires_at := NULL;
+    END IF;
+    RETURN NEXT;
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.inspect(text) IS
+    'inspect(key): advisory view of a key: no row if never granted; (true, owner, epoch, expires_at) while held; '
+    '(false, NULL, epoch, NULL) when free or lapsed, epoch being the fencing watermark';

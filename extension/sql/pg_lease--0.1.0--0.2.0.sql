@@ -287,8 +287,8 @@ $function$;
 REVOKE ALL ON FUNCTION lease._validate(text, text, text, bigint, interval, interval) FROM PUBLIC;
 
 /*
- * lease._begin_write: the preconditions of acquire, renew and release on the
- * transaction they run in (§5, I10).
+ * lease._begin_write: the precondition of acquire, renew and release on the
+ * transaction they run in (§5).
  *
  * Read-only transactions, which include every transaction on a hot standby,
  * are refused.  renew and release would fail there anyway, at their UPDATE.
@@ -298,14 +298,9 @@ REVOKE ALL ON FUNCTION lease._validate(text, text, text, bigint, interval, inter
  * everywhere: the writing API runs on the primary only.  inspect stays
  * available, being advisory.
  *
- * Commits must be durable.  With synchronous_commit = off a crash can lose a
- * grant or release the client already saw committed; recovery would then
- * hand the same epoch out a second time and fencing would be void (I2, I3,
- * I10).  So for a caller that turned it off, synchronous_commit goes back to
- * 'local' for the rest of the transaction (set_config with is_local = true:
- * the caller's session setting returns when the transaction ends).  'local'
- * is the weakest setting that flushes the commit record before reporting
- * success; stronger settings are left alone.
+ * Durability of the commit is not decided here but at commit time, by the
+ * trigger lease._durable_commit (objects/20-durability.sql): a setting
+ * raised here could be lowered again before COMMIT.
  */
 CREATE OR REPLACE FUNCTION lease._begin_write(p_function text)
     RETURNS void
@@ -319,9 +314,6 @@ BEGIN
             USING ERRCODE = 'read_only_sql_transaction',
                   DETAIL = 'transaction_read_only is on: a READ ONLY transaction, or a hot standby.',
                   HINT = 'Call it on the primary, outside READ ONLY transactions.';
-    END IF;
-    IF pg_catalog.current_setting('synchronous_commit') = 'off' THEN
-        PERFORM pg_catalog.set_config('synchronous_commit', 'local', true);
     END IF;
 END;
 $function$;
@@ -400,16 +392,128 @@ REVOKE ALL ON FUNCTION lease._is_plain_zero(interval) FROM PUBLIC;
 
 /*
  * lease._is_plain_session: lease._begin_write would do nothing (a
- * read-write transaction, synchronous_commit not off).
+ * read-write transaction).
  */
 CREATE OR REPLACE FUNCTION lease._is_plain_session()
     RETURNS boolean
     LANGUAGE sql
     STABLE PARALLEL SAFE
-RETURN pg_catalog.current_setting('transaction_read_only') = 'off'
-   AND pg_catalog.current_setting('synchronous_commit') <> 'off';
+RETURN pg_catalog.current_setting('transaction_read_only') = 'off';
 
 REVOKE ALL ON FUNCTION lease._is_plain_session() FROM PUBLIC;
+
+/*
+ * Durable commits (§10 "Durable commits", I2, I3, I10).
+ *
+ * A grant, renewal or release that the caller saw committed must survive a
+ * crash, and a promotion of a synchronous standby: otherwise recovery could
+ * hand the same epoch out twice and fencing would be void.  The caller's
+ * synchronous_commit cannot be trusted for that, and a setting raised by
+ * the call itself could be lowered again before COMMIT (SET LOCAL, a
+ * function's SET clause, a pooler's session default).  So the decision is
+ * taken at commit time: every write of lease.leases queues this deferred
+ * constraint trigger, which PostgreSQL fires while committing, before the
+ * commit record is written, and which raises synchronous_commit for that
+ * commit when the setting then in force would not wait for what is
+ * configured:
+ *
+ *   off                        -> on  (no flush at all)
+ *   local, remote_write        -> on  when synchronous_standby_names is set
+ *                                     (local does not wait for the standby;
+ *                                     remote_write does not wait for its
+ *                                     flush)
+ *   on, remote_apply           unchanged
+ *
+ * With no synchronous standby configured, 'on' flushes locally, like
+ * 'local'.  set_config(..., true) lasts until the transaction ends.
+ *
+ * The one way around it: SET CONSTRAINTS ALL IMMEDIATE fires the trigger at
+ * the end of the statement instead of at commit, after which the caller can
+ * lower synchronous_commit again.  That takes two deliberate statements in
+ * the caller's own transaction; the README states it and a test shows it.
+ *
+ * ENABLE ALWAYS keeps the trigger firing under session_replication_role =
+ * replica (which only superusers may set).  Trigger functions need no
+ * EXECUTE privilege of the role that fires them.
+ */
+CREATE OR REPLACE FUNCTION lease._durable_commit()
+    RETURNS trigger
+    LANGUAGE plpgsql
+    VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    v_setting CONSTANT text := pg_catalog.current_setting('synchronous_commit');
+BEGIN
+    IF v_setting = 'off'
+       OR (v_setting IN ('local', 'remote_write')
+           AND pg_catalog.current_setting('synchronous_standby_names') <> '') THEN
+        PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+    END IF;
+    RETURN NULL;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._durable_commit() FROM PUBLIC;
+
+DROP TRIGGER IF EXISTS leases_durable_commit ON lease.leases;
+CREATE CONSTRAINT TRIGGER leases_durable_commit
+    AFTER INSERT OR UPDATE OR DELETE ON lease.leases
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION lease._durable_commit();
+ALTER TABLE lease.leases ENABLE ALWAYS TRIGGER leases_durable_commit;
+
+/*
+ * Lapse is final, also after a lock wait (§10, I6).
+ *
+ * renew and release find their row with a guarded UPDATE whose WHERE uses
+ * the clock read when the call began.  If another transaction holds the
+ * row's lock, the UPDATE waits; when that transaction rolls back the row is
+ * unchanged and PostgreSQL does not recheck the WHERE, so without this
+ * trigger a grant that lapsed during the wait (and that inspect already
+ * reported lapsed) would be renewed or released as if it were live.
+ *
+ * A BEFORE ROW trigger runs once PostgreSQL has locked the row it updates,
+ * and its WHEN condition is evaluated then, against that row: so the clock
+ * read in WHEN is taken with the row locked.  It applies to updates that
+ * keep the holder (renew: same epoch) or end it (release: owner becomes
+ * NULL) of a row that was held; a takeover by acquire (owner set, epoch
+ * incremented) is not concerned: it needs the row lapsed, which stays true
+ * as time passes.  When the grant has lapsed by then, the function returns
+ * NULL, which skips the update of that row without an error; the caller
+ * then reports lapsed (lease._refusal, with a fresh clock).  The WHEN is
+ * evaluated in the executor, so the common case calls no function.
+ *
+ * What remains: a renew whose row was locked, and its clock read, before
+ * expires_at, but whose commit lands after it.  Between that reading and
+ * the commit the row stays locked, so no acquire can take the key over:
+ * the takeover's UPDATE waits for the renew to commit and then rechecks
+ * against the renewed expiry.  inspect, which reads without a lock, may
+ * report the key lapsed in that interval; a holder must never rely on a
+ * renewal that has not returned.
+ */
+CREATE OR REPLACE FUNCTION lease._skip_lapsed()
+    RETURNS trigger
+    LANGUAGE plpgsql
+    VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    RETURN NULL;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._skip_lapsed() FROM PUBLIC;
+
+DROP TRIGGER IF EXISTS leases_lapse_is_final ON lease.leases;
+CREATE TRIGGER leases_lapse_is_final
+    BEFORE UPDATE ON lease.leases
+    FOR EACH ROW
+    WHEN (OLD.owner IS NOT NULL
+          AND (NEW.owner IS NULL OR NEW.epoch = OLD.epoch)
+          AND OLD.expires_at <= pg_catalog.clock_timestamp())
+    EXECUTE FUNCTION lease._skip_lapsed();
+ALTER TABLE lease.leases ENABLE ALWAYS TRIGGER leases_lapse_is_final;
 
 /*
  * lease.acquire (§4 acquire, §5).
@@ -438,7 +542,8 @@ REVOKE ALL ON FUNCTION lease._is_plain_session() FROM PUBLIC;
  *      writes nothing.
  *   2. Otherwise a plain SELECT (fresh READ COMMITTED snapshot, no lock)
  *      tells why.  HELD by the caller: its grant as it stands, with no write
- *      at all (I4).  HELD by another: denied.
+ *      at all (I4); under REPEATABLE READ or SERIALIZABLE only after a row
+ *      lock has proved the snapshot current (§10).  HELD by another: denied.
  *   3. NEVER: INSERT ... ON CONFLICT (key) DO NOTHING.  DO NOTHING takes no
  *      row lock; it waits for a concurrent uncommitted insert of the key to
  *      finish and then either inserts (the other side rolled back) or does
@@ -541,6 +646,23 @@ BEGIN
             -- HELD (§2): the same owner gets its grant unchanged, anyone
             -- else is denied.
             IF v_owner = p_owner COLLATE pg_catalog."C" THEN
+                -- §10 Isolation: under REPEATABLE READ or SERIALIZABLE the
+                -- SELECT read the transaction's snapshot, which may predate
+                -- a release and a new grant.  Confirm from committed state:
+                -- locking the row fails with 40001 when it changed after the
+                -- snapshot, so once it is locked the snapshot's row is the
+                -- committed one; a clock read after the lock says whether it
+                -- is still live (the lock may have been waited for).
+                IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+                    PERFORM FROM lease.leases AS l
+                     WHERE l.key = p_key COLLATE pg_catalog."C"
+                       FOR SHARE;
+                    IF pg_catalog.clock_timestamp() >= v_expires_at THEN
+                        RAISE EXCEPTION 'pg_lease: the grant lapsed while acquire waited for its row'
+                            USING ERRCODE = 'serialization_failure',
+                                  HINT = 'Retry the transaction; acquire then makes a new grant.';
+                    END IF;
+                END IF;
                 acquired := true;
                 epoch := v_epoch;
                 expires_at := v_expires_at;
@@ -751,7 +873,7 @@ BEGIN
             AND p_epoch IS NOT NULL) IS NOT TRUE THEN
             PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
         END IF;
-        status := lease._refusal(p_key, p_owner, p_epoch, v_now);
+        status := lease._refusal(p_key, p_owner, p_epoch, pg_catalog.clock_timestamp());
         EXIT WHEN status IS NOT NULL;
     END LOOP;
 
@@ -809,7 +931,7 @@ BEGIN
             AND p_epoch IS NOT NULL) IS NOT TRUE THEN
             PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
         END IF;
-        status := lease._refusal(p_key, p_owner, p_epoch, v_now);
+        status := lease._refusal(p_key, p_owner, p_epoch, pg_catalog.clock_timestamp());
         EXIT WHEN status IS NOT NULL;
     END LOOP;
 

@@ -33,6 +33,11 @@ export interface ClusterOptions {
    * Default: `PG_LEASE_RUN_AS` or `nobody`.
    */
   runAs?: string;
+  /**
+   * More files for the server's extension dir besides pg_lease's own, e.g. a released install
+   * script that the package no longer ships, to test updates from it.
+   */
+  extraExtensionFiles?: readonly string[];
 }
 
 /** Stop modes, as in `pg_ctl stop -m`: `fast` rolls back sessions and checkpoints, `immediate` does neither. */
@@ -106,6 +111,7 @@ export class PgCluster implements AsyncDisposable {
     const requested = options.installation ?? {};
     const installation = stageInstallation(
       'versionString' in requested ? requested : findInstallation(requested),
+      options.extraExtensionFiles,
     );
     const settings = { ...DEFAULT_SETTINGS };
     for (const [name, value] of Object.entries(options.settings ?? {}))

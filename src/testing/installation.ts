@@ -216,10 +216,14 @@ export function extensionFiles(): string[] {
  * Returns a private copy of `installation` with pg_lease's files in its extension dir,
  * creating it on first use. Copies are keyed by build and extension content, live under
  * `PG_LEASE_STAGE_DIR` (default: the system temp dir) and are world-readable so that an
- * unprivileged server user can run them when the harness runs as root.
+ * unprivileged server user can run them when the harness runs as root. `extraFiles` are added to
+ * the extension dir too (e.g. a released script kept as a test fixture); they are part of the key.
  */
-export function stageInstallation(installation: PgInstallation): PgInstallation {
-  const files = extensionFiles();
+export function stageInstallation(
+  installation: PgInstallation,
+  extraFiles: readonly string[] = [],
+): PgInstallation {
+  const files = [...extensionFiles(), ...extraFiles];
   const hash = createHash('sha256');
   hash.update(JSON.stringify([installation.bindir, installation.sharedir, installation.pkglibdir]));
   hash.update(installation.versionString);

@@ -329,6 +329,9 @@ describe('server-time expiry', { concurrency: true }, () => {
   }
 
   test('a renew at exactly expires_at reports lapsed (sampled at microsecond resolution)', async (t) => {
+    // renew decides with a clock read once its row is locked (§10), a few microseconds after the
+    // `now` its new expiry reveals; the ttls are spread over 32 us above the gap so that some of
+    // those decisions still land before expires_at.
     const renewSecond = `lease.renew($1 || ':' || i, 'worker-a', a.epoch, interval '1 minute')`;
     const gap = await medianGap(uniqueKey('exact-renew-cal'), '1 minute', renewSecond);
     let oks = 0;
@@ -338,7 +341,8 @@ describe('server-time expiry', { concurrency: true }, () => {
       const { rows } = await db.pool.query(
         `SELECT ${micros('a.expires_at')} AS x, b.status, ${micros('b.expires_at')} AS renewed
            FROM generate_series(1, ${PAIRS_PER_STATEMENT}) AS i
-           CROSS JOIN LATERAL lease.acquire($1 || ':' || i, 'worker-a', $2::interval) AS a
+           CROSS JOIN LATERAL lease.acquire($1 || ':' || i, 'worker-a',
+                                            $2::interval + (i % 32) * interval '1 microsecond') AS a
            CROSS JOIN LATERAL ${renewSecond} AS b`,
         [uniqueKey('exact-renew'), `${gap} microseconds`],
       );

@@ -124,8 +124,8 @@ $function$;
 REVOKE ALL ON FUNCTION lease._validate(text, text, text, bigint, interval, interval) FROM PUBLIC;
 
 /*
- * lease._begin_write: the preconditions of acquire, renew and release on the
- * transaction they run in (§5, I10).
+ * lease._begin_write: the precondition of acquire, renew and release on the
+ * transaction they run in (§5).
  *
  * Read-only transactions, which include every transaction on a hot standby,
  * are refused.  renew and release would fail there anyway, at their UPDATE.
@@ -135,14 +135,9 @@ REVOKE ALL ON FUNCTION lease._validate(text, text, text, bigint, interval, inter
  * everywhere: the writing API runs on the primary only.  inspect stays
  * available, being advisory.
  *
- * Commits must be durable.  With synchronous_commit = off a crash can lose a
- * grant or release the client already saw committed; recovery would then
- * hand the same epoch out a second time and fencing would be void (I2, I3,
- * I10).  So for a caller that turned it off, synchronous_commit goes back to
- * 'local' for the rest of the transaction (set_config with is_local = true:
- * the caller's session setting returns when the transaction ends).  'local'
- * is the weakest setting that flushes the commit record before reporting
- * success; stronger settings are left alone.
+ * Durability of the commit is not decided here but at commit time, by the
+ * trigger lease._durable_commit (objects/20-durability.sql): a setting
+ * raised here could be lowered again before COMMIT.
  */
 CREATE OR REPLACE FUNCTION lease._begin_write(p_function text)
     RETURNS void
@@ -156,9 +151,6 @@ BEGIN
             USING ERRCODE = 'read_only_sql_transaction',
                   DETAIL = 'transaction_read_only is on: a READ ONLY transaction, or a hot standby.',
                   HINT = 'Call it on the primary, outside READ ONLY transactions.';
-    END IF;
-    IF pg_catalog.current_setting('synchronous_commit') = 'off' THEN
-        PERFORM pg_catalog.set_config('synchronous_commit', 'local', true);
     END IF;
 END;
 $function$;
@@ -237,13 +229,12 @@ REVOKE ALL ON FUNCTION lease._is_plain_zero(interval) FROM PUBLIC;
 
 /*
  * lease._is_plain_session: lease._begin_write would do nothing (a
- * read-write transaction, synchronous_commit not off).
+ * read-write transaction).
  */
 CREATE OR REPLACE FUNCTION lease._is_plain_session()
     RETURNS boolean
     LANGUAGE sql
     STABLE PARALLEL SAFE
-RETURN pg_catalog.current_setting('transaction_read_only') = 'off'
-   AND pg_catalog.current_setting('synchronous_commit') <> 'off';
+RETURN pg_catalog.current_setting('transaction_read_only') = 'off';
 
 REVOKE ALL ON FUNCTION lease._is_plain_session() FROM PUBLIC;

@@ -25,7 +25,8 @@
  *      writes nothing.
  *   2. Otherwise a plain SELECT (fresh READ COMMITTED snapshot, no lock)
  *      tells why.  HELD by the caller: its grant as it stands, with no write
- *      at all (I4).  HELD by another: denied.
+ *      at all (I4); under REPEATABLE READ or SERIALIZABLE only after a row
+ *      lock has proved the snapshot current (§10).  HELD by another: denied.
  *   3. NEVER: INSERT ... ON CONFLICT (key) DO NOTHING.  DO NOTHING takes no
  *      row lock; it waits for a concurrent uncommitted insert of the key to
  *      finish and then either inserts (the other side rolled back) or does
@@ -128,6 +129,23 @@ BEGIN
             -- HELD (§2): the same owner gets its grant unchanged, anyone
             -- else is denied.
             IF v_owner = p_owner COLLATE pg_catalog."C" THEN
+                -- §10 Isolation: under REPEATABLE READ or SERIALIZABLE the
+                -- SELECT read the transaction's snapshot, which may predate
+                -- a release and a new grant.  Confirm from committed state:
+                -- locking the row fails with 40001 when it changed after the
+                -- snapshot, so once it is locked the snapshot's row is the
+                -- committed one; a clock read after the lock says whether it
+                -- is still live (the lock may have been waited for).
+                IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+                    PERFORM FROM lease.leases AS l
+                     WHERE l.key = p_key COLLATE pg_catalog."C"
+                       FOR SHARE;
+                    IF pg_catalog.clock_timestamp() >= v_expires_at THEN
+                        RAISE EXCEPTION 'pg_lease: the grant lapsed while acquire waited for its row'
+                            USING ERRCODE = 'serialization_failure',
+                                  HINT = 'Retry the transaction; acquire then makes a new grant.';
+                    END IF;
+                END IF;
                 acquired := true;
                 epoch := v_epoch;
                 expires_at := v_expires_at;

@@ -90,7 +90,7 @@ BEGIN
             AND p_epoch IS NOT NULL) IS NOT TRUE THEN
             PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
         END IF;
-        status := lease._refusal(p_key, p_owner, p_epoch, v_now);
+        status := lease._refusal(p_key, p_owner, p_epoch, pg_catalog.clock_timestamp());
         EXIT WHEN status IS NOT NULL;
     END LOOP;
 
@@ -148,7 +148,7 @@ BEGIN
             AND p_epoch IS NOT NULL) IS NOT TRUE THEN
             PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
         END IF;
-        status := lease._refusal(p_key, p_owner, p_epoch, v_now);
+        status := lease._refusal(p_key, p_owner, p_epoch, pg_catalog.clock_timestamp());
         EXIT WHEN status IS NOT NULL;
     END LOOP;
 

@@ -271,26 +271,38 @@ RESET default_transaction_read_only;
 
 --
 -- A grant or release must survive a crash once its commit returned, or its
--- epoch could be handed out twice: a session running with asynchronous
--- commit gets synchronous_commit = local for the transaction that calls
--- acquire, renew or release, and its own setting back afterwards.
+-- epoch could be handed out twice.  The level is raised at commit time, by a
+-- deferred trigger, and the caller's own setting is left alone.  A deferred
+-- trigger queued after pg_lease's reports the level the commit uses.
 --
+CREATE TABLE level_probe (x int);
+CREATE FUNCTION report_level() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE NOTICE 'commit level: %', current_setting('synchronous_commit');
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER report_level AFTER INSERT ON level_probe
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION report_level();
 SET synchronous_commit = off;
 BEGIN;
 SELECT acquired FROM lease.acquire('job-durable', 'worker-a', interval '1 hour');
+INSERT INTO level_probe VALUES (1);
 SHOW synchronous_commit;
 COMMIT;
 SHOW synchronous_commit;
 BEGIN;
 SELECT status FROM lease.release('job-durable', 'worker-a', 1);
-SHOW synchronous_commit;
+SET LOCAL synchronous_commit = off;
+INSERT INTO level_probe VALUES (1);
 COMMIT;
 SET synchronous_commit = remote_apply;
 BEGIN;
 SELECT acquired FROM lease.acquire('job-durable', 'worker-a', interval '1 hour');
-SHOW synchronous_commit;
+INSERT INTO level_probe VALUES (1);
 COMMIT;
 RESET synchronous_commit;
+DROP TABLE level_probe;
+DROP FUNCTION report_level();
 
 SELECT * FROM stored;
 

@@ -5,6 +5,9 @@
  * fixture extension/test/fixtures/pg_lease--0.1.0.sql, staged into this file's private server.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
@@ -114,6 +117,36 @@ describe('shipped versions', () => {
     );
     assert.deepEqual(version.rows, [{ extversion: '0.2.0' }]);
   });
+});
+
+describe('make install', () => {
+  const pgConfig = spawnSync('pg_config', ['--sharedir'], { encoding: 'utf8' });
+  const available = pgConfig.status === 0 && spawnSync('make', ['--version']).status === 0;
+  test(
+    'removes a pg_lease--0.1.0.sql left by an earlier install, so 0.1.0 stays uninstallable',
+    { skip: !available && !process.env.CI && 'needs make and pg_config' },
+    () => {
+      const destdir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-destdir-'));
+      try {
+        const extensionDir = path.join(destdir, pgConfig.stdout.trim(), 'extension');
+        fs.mkdirSync(extensionDir, { recursive: true });
+        fs.writeFileSync(path.join(extensionDir, 'pg_lease--0.1.0.sql'), '-- stale\n');
+        const make = spawnSync(
+          'make',
+          ['-s', '-C', path.join(PACKAGE_ROOT, 'extension'), 'install', `DESTDIR=${destdir}`],
+          { encoding: 'utf8' },
+        );
+        assert.equal(make.status, 0, make.stderr);
+        assert.deepEqual(fs.readdirSync(extensionDir).sort(), [
+          'pg_lease--0.1.0--0.2.0.sql',
+          'pg_lease--0.2.0.sql',
+          'pg_lease.control',
+        ]);
+      } finally {
+        fs.rmSync(destdir, { recursive: true, force: true });
+      }
+    },
+  );
 });
 
 describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0', () => {

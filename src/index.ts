@@ -37,6 +37,7 @@ export { parseInterval, type Duration } from './duration.js';
 export {
   installedPgLease,
   installPgLease,
+  PgLeaseDowngradeError,
   type InstallMethod,
   type InstallResult,
 } from './install.js';

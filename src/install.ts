@@ -4,7 +4,11 @@
  * PostgreSQL services that take no extension files.
  */
 import pg from 'pg';
-import { BUNDLED_INSTALL_SCRIPT, BUNDLED_VERSION } from './generated/sql.js';
+import {
+  BUNDLED_INSTALL_SCRIPT,
+  BUNDLED_UPDATE_SCRIPTS,
+  BUNDLED_VERSION,
+} from './generated/sql.js';
 
 /**
  * How pg_lease got into a database: `extension` (CREATE EXTENSION) or `bundle` (the package's
@@ -27,8 +31,54 @@ export interface InstallResult {
   /** The installed version. */
   version: string;
   method: InstallMethod;
-  /** False when pg_lease was already installed and nothing was done. */
+  /** False when pg_lease was already installed (and at most updated). */
   created: boolean;
+  /** The version found before an update; absent when nothing was updated. */
+  updatedFrom?: string;
+}
+
+/**
+ * Thrown by {@link installPgLease} when the database has a newer pg_lease than this package can
+ * install: downgrades are not supported.
+ *
+ * @example
+ * import { installPgLease, PgLeaseDowngradeError } from 'pg-lease';
+ * try { await installPgLease(client); } catch (e) { if (e instanceof PgLeaseDowngradeError) console.error(e.installed); }
+ */
+export class PgLeaseDowngradeError extends Error {
+  override readonly name = 'PgLeaseDowngradeError';
+  constructor(
+    readonly installed: string,
+    readonly available: string,
+  ) {
+    super(
+      `pg_lease ${installed} is installed, newer than the ${available} this package installs; ` +
+        'downgrades are not supported',
+    );
+  }
+}
+
+/** Compares dotted versions numerically: negative when a < b. */
+function compareVersions(a: string, b: string): number {
+  const x = a.split('.').map(Number);
+  const y = b.split('.').map(Number);
+  for (let i = 0; i < Math.max(x.length, y.length); i++) {
+    const d = (x[i] ?? 0) - (y[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
+
+/** The bundled update scripts that lead from `from` to the bundled version, in order. */
+function updatePath(from: string): string[] {
+  const scripts: string[] = [];
+  for (let at = from; at !== BUNDLED_VERSION;) {
+    const step = BUNDLED_UPDATE_SCRIPTS.find((update) => update.from === at);
+    if (!step) throw new Error(`pg_lease: no bundled update from ${at} to ${BUNDLED_VERSION}`);
+    scripts.push(step.script);
+    at = step.to;
+  }
+  return scripts;
 }
 
 /** Marks a schema installed from the bundle, since no pg_extension row records it. */
@@ -36,7 +86,10 @@ const BUNDLE_COMMENT_PREFIX = 'pg_lease ';
 const BUNDLE_COMMENT_SUFFIX = ' (installed from the pg-lease npm bundle)';
 
 /**
- * Installs pg_lease in the database `database` connects to, unless it is there already.
+ * Installs pg_lease in the database `database` connects to, or brings the pg_lease it has up to
+ * date: an extension with `ALTER EXTENSION pg_lease UPDATE` (to the server's default version),
+ * a bundle install with the bundled update scripts, in one transaction, keeping every lease.
+ * A database with a newer pg_lease than the one available gets {@link PgLeaseDowngradeError}.
  *
  * Default: `CREATE EXTENSION pg_lease` (needs the extension files on the server; a trusted
  * extension, so CREATE on the database is enough). With `fromBundle`, runs the install script
@@ -58,28 +111,70 @@ export async function installPgLease(
   options: { fromBundle?: boolean } = {},
 ): Promise<InstallResult> {
   const existing = await installedPgLease(database);
-  if (existing) return { ...existing, created: false };
+  if (existing) return updatePgLease(database, existing);
   if (!options.fromBundle) {
     await database.query('CREATE EXTENSION pg_lease');
   } else {
-    await database.query('BEGIN');
-    try {
-      // As CREATE EXTENSION would: the script expects its schema first on the search_path.
+    await inTransaction(database, async () => {
+      // As CREATE EXTENSION would: the script expects its schema to exist.
       await database.query('CREATE SCHEMA lease');
-      await database.query('SET LOCAL search_path = lease, pg_catalog');
-      await database.query(bundledScriptBody());
-      await database.query(
-        `COMMENT ON SCHEMA lease IS ${pg.escapeLiteral(BUNDLE_COMMENT_PREFIX + BUNDLED_VERSION + BUNDLE_COMMENT_SUFFIX)}`,
-      );
-      await database.query('COMMIT');
-    } catch (error) {
-      await database.query('ROLLBACK').catch(() => undefined);
-      throw error;
-    }
+      await database.query(scriptBody(BUNDLED_INSTALL_SCRIPT));
+      await markBundle(database, BUNDLED_VERSION);
+    });
   }
   const installed = await installedPgLease(database);
   if (!installed) throw new Error('pg_lease: installation finished but pg_lease is not there');
   return { ...installed, created: true };
+}
+
+/**
+ * Brings an installed pg_lease to the newest version available: `ALTER EXTENSION pg_lease
+ * UPDATE` for the extension (to the server's default version), the bundled update scripts in
+ * one transaction for a bundle install. A newer installed version is refused.
+ */
+async function updatePgLease(
+  database: pg.ClientBase,
+  existing: { version: string; method: InstallMethod },
+): Promise<InstallResult> {
+  let target = BUNDLED_VERSION;
+  if (existing.method === 'extension') {
+    const { rows } = await database.query<{ default_version: string | null }>(
+      `SELECT default_version FROM pg_catalog.pg_available_extensions WHERE name = 'pg_lease'`,
+    );
+    target = rows[0]?.default_version ?? existing.version;
+  }
+  const order = compareVersions(existing.version, target);
+  if (order > 0) throw new PgLeaseDowngradeError(existing.version, target);
+  if (order === 0) return { ...existing, created: false };
+  if (existing.method === 'extension') {
+    await database.query(`ALTER EXTENSION pg_lease UPDATE TO ${pg.escapeLiteral(target)}`);
+  } else {
+    await inTransaction(database, async () => {
+      for (const script of updatePath(existing.version)) await database.query(scriptBody(script));
+      await markBundle(database, BUNDLED_VERSION);
+    });
+  }
+  const installed = await installedPgLease(database);
+  if (!installed || installed.version !== target)
+    throw new Error(`pg_lease: the update to ${target} finished but pg_lease is not at ${target}`);
+  return { ...installed, created: false, updatedFrom: existing.version };
+}
+
+async function inTransaction(database: pg.ClientBase, body: () => Promise<void>): Promise<void> {
+  await database.query('BEGIN');
+  try {
+    await body();
+    await database.query('COMMIT');
+  } catch (error) {
+    await database.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  }
+}
+
+async function markBundle(database: pg.ClientBase, version: string): Promise<void> {
+  await database.query(
+    `COMMENT ON SCHEMA lease IS ${pg.escapeLiteral(BUNDLE_COMMENT_PREFIX + version + BUNDLE_COMMENT_SUFFIX)}`,
+  );
 }
 
 /**
@@ -109,13 +204,17 @@ export async function installedPgLease(
 }
 
 /**
- * The bundled install script as plain SQL: without the psql guard line (`\echo ... \quit`),
- * and without `pg_extension_config_dump` calls, which only work inside CREATE EXTENSION and
- * are not needed outside one: pg_dump dumps a plain schema's table data anyway.
+ * A bundled script as plain SQL: without the psql guard line (`\echo ... \quit`), and without
+ * `pg_extension_config_dump` calls, which only work inside CREATE EXTENSION and are not needed
+ * outside one: pg_dump dumps a plain schema's table data anyway.
  */
+function scriptBody(script: string): string {
+  return script
+    .replace(/^\\echo .*\\quit[^\n]*$/m, '')
+    .replace(/^\s*SELECT\s+(?:pg_catalog\.)?pg_extension_config_dump\s*\([^;]*\);[^\n]*$/gim, '');
+}
+
+/** The bundled install script as plain SQL (see {@link installPgLease}). */
 export function bundledScriptBody(): string {
-  return BUNDLED_INSTALL_SCRIPT.replace(/^\\echo .*\\quit[^\n]*$/m, '').replace(
-    /^\s*SELECT\s+(?:pg_catalog\.)?pg_extension_config_dump\s*\([^;]*\);[^\n]*$/gim,
-    '',
-  );
+  return scriptBody(BUNDLED_INSTALL_SCRIPT);
 }

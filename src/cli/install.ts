@@ -2,14 +2,15 @@
  * `pg-lease install`: put pg_lease into a database.
  */
 import pg from 'pg';
-import { installPgLease } from '../install.js';
+import { PgLeaseDowngradeError, installPgLease } from '../install.js';
 import { BUNDLED_VERSION } from '../generated/sql.js';
 import { connectionString, parseCommand, print, warn } from './common.js';
 import { EXIT } from './exit-codes.js';
 
 export const INSTALL_HELP = `pg-lease install [--from-bundle] [--json]
 
-Installs pg_lease into the database and prints the installed version.
+Installs pg_lease into the database, or updates the pg_lease it has (keeping every
+lease), and prints the version. A newer installed version is refused (exit 1).
 Default: CREATE EXTENSION pg_lease, which needs the extension's files on the server
 (make install in extension/). With --from-bundle: runs the install script bundled in
 this package (pg_lease ${BUNDLED_VERSION}) in one transaction, for managed PostgreSQL
@@ -38,11 +39,17 @@ export async function installCommand(args: string[]): Promise<number> {
       values.json,
       result.created
         ? `installed pg_lease ${result.version} ${how}`
-        : `pg_lease ${result.version} is already installed (${how}); nothing to do`,
+        : result.updatedFrom
+          ? `updated pg_lease from ${result.updatedFrom} to ${result.version} (${how})`
+          : `pg_lease ${result.version} is already installed (${how}); nothing to do`,
       { ...result },
     );
     return EXIT.OK;
   } catch (error) {
+    if (error instanceof PgLeaseDowngradeError) {
+      warn(error.message);
+      return EXIT.FAILURE;
+    }
     const code = (error as { code?: unknown }).code;
     if (!fromBundle && (code === FEATURE_NOT_SUPPORTED || code === UNDEFINED_FILE)) {
       warn(

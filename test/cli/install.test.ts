@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { LeaseClient } from '../../src/index.js';
+import { PACKAGE_ROOT } from '../../src/testing/installation.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
 import { parseJson, runCli } from './helpers.js';
@@ -110,6 +113,78 @@ describe('pg-lease install', () => {
       assert.equal(rows.length, 0);
     } finally {
       await other.close();
+    }
+  });
+
+  test('--from-bundle updates a 0.1.0 bundle install to the same objects, keeping every lease, and says so', async () => {
+    const old = await createTestDatabase({ extension: false });
+    try {
+      // What the 0.1.0 package's `install --from-bundle` did.
+      const script = fs
+        .readFileSync(
+          path.join(PACKAGE_ROOT, 'extension/test/fixtures/pg_lease--0.1.0.sql'),
+          'utf8',
+        )
+        .replace(/^\\echo .*$/m, '');
+      const client = await old.pool.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query('CREATE SCHEMA lease');
+        await client.query('SET LOCAL search_path = lease, pg_catalog');
+        await client.query(script);
+        await client.query(
+          `COMMENT ON SCHEMA lease IS 'pg_lease 0.1.0 (installed from the pg-lease npm bundle)'`,
+        );
+        await client.query('COMMIT');
+      } finally {
+        client.release();
+      }
+      await old.pool.query(`SELECT lease.acquire('held', 'a', '1 hour')`);
+      await old.pool.query(`SELECT lease.acquire('released', 'a', '1 hour')`);
+      await old.pool.query(`SELECT lease.release('released', 'a', 1)`);
+      const before = (await old.pool.query('SELECT * FROM lease.leases ORDER BY key')).rows;
+
+      const result = await runCli(['install', '--url', old.url, '--from-bundle', '--json']);
+      assert.equal(result.code, 0, result.stderr);
+      assert.deepEqual(parseJson(result), {
+        version: '0.2.0',
+        method: 'bundle',
+        created: false,
+        updatedFrom: '0.1.0',
+      });
+      const text = await runCli(['install', '--url', old.url, '--from-bundle']);
+      assert.match(text.stdout, /pg_lease 0\.2\.0 is already installed/);
+      assert.deepEqual(
+        (await old.pool.query('SELECT * FROM lease.leases ORDER BY key')).rows,
+        before,
+      );
+      if ((await leaseObjects(viaBundle.pool)).length === 0)
+        await runCli(['install', '--url', viaBundle.url, '--from-bundle']);
+      assert.deepEqual(await leaseObjects(old.pool), await leaseObjects(viaBundle.pool));
+      const renewed = await old.pool.query(
+        `SELECT status FROM lease.renew('held', 'a', 1, '1 hour')`,
+      );
+      assert.equal(renewed.rows[0].status, 'ok');
+    } finally {
+      await old.close();
+    }
+  });
+
+  test('refuses to downgrade a newer bundle install, naming both versions', async () => {
+    const newer = await createTestDatabase({ extension: false });
+    try {
+      await runCli(['install', '--url', newer.url, '--from-bundle']);
+      await newer.pool.query(
+        `COMMENT ON SCHEMA lease IS 'pg_lease 9.0.0 (installed from the pg-lease npm bundle)'`,
+      );
+      const result = await runCli(['install', '--url', newer.url, '--from-bundle']);
+      assert.equal(result.code, 1);
+      assert.match(
+        result.stderr,
+        /pg_lease 9\.0\.0 is installed, newer than the 0\.2\.0 .*downgrades are not supported/,
+      );
+    } finally {
+      await newer.close();
     }
   });
 });

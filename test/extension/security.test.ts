@@ -24,6 +24,7 @@ const API = [
   'lease.renew(text,text,bigint,interval)',
   'lease.release(text,text,bigint)',
   'lease.inspect(text)',
+  'lease.bind_owners(boolean)',
 ];
 
 let db: TestDatabase;
@@ -122,7 +123,7 @@ describe('SECURITY DEFINER and search_path', () => {
     }
   });
 
-  test('no SECURITY DEFINER function but the four API functions is executable by PUBLIC', async () => {
+  test('no SECURITY DEFINER function but the API functions is executable by PUBLIC', async () => {
     const { rows } = await db.pool.query(
       `SELECT p.oid::regprocedure::text AS fn
          FROM pg_proc p, LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) acl

@@ -371,3 +371,31 @@ describe('5. a lease change never commits asynchronously', () => {
     }
   });
 });
+
+describe('5b. a crash right after COMMIT keeps the grant', () => {
+  for (const how of INSTALLS) {
+    test(`${how}: a grant whose transaction lowered synchronous_commit after the call is ${how === '0.1.0' ? 'lost' : 'kept'} by kill -9 of the postmaster`, async () => {
+      await using crashing = await PgCluster.start({
+        extraExtensionFiles: [FIXTURE_0_1_0],
+        settings: { wal_writer_delay: '10s', wal_writer_flush_after: '1GB' },
+      });
+      await crashing.query('CREATE DATABASE c');
+      const client = await connect(crashing.url('c'));
+      await install(client, how);
+      await client.query('BEGIN');
+      await client.query(`SELECT lease.acquire('survivor', 'A', '1 hour')`);
+      await client.query('SET LOCAL synchronous_commit = off');
+      await client.query('COMMIT');
+      await client.end();
+      await crashing.crash();
+      await crashing.start();
+      const { rows } = await crashing.query(
+        `SELECT count(*)::int AS n FROM lease.inspect('survivor')`,
+        [],
+        'c',
+      );
+      assert.equal(rows[0]!.n, how === '0.1.0' ? 0 : 1);
+    });
+  }
+});
+

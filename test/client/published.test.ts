@@ -13,7 +13,7 @@ import {
   BUNDLED_SCRIPT_NAME,
   BUNDLED_VERSION,
 } from '../../src/generated/sql.js';
-import { PACKAGE_ROOT } from '../../src/testing/installation.js';
+import { PACKAGE_ROOT } from 'pg-lease-testing';
 
 /** A consumer of the published package, written as a user would, strict mode. */
 const CONSUMER = `

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
-import type { PgCluster } from '../../src/testing/index.js';
+import type { PgCluster } from 'pg-lease-testing';
 import {
   acquire,
   inspect,

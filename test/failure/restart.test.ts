@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
-import type { PgCluster } from '../../src/testing/index.js';
+import type { PgCluster } from 'pg-lease-testing';
 import { acquire, inspect, inspectAll, release, renew } from './support/lease-sql.js';
 import {
   backendPid,

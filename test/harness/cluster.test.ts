@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { PgCluster, findInstallation } from '../../src/testing/index.js';
+import { PgCluster, findInstallation } from 'pg-lease-testing';
 
 const fixture = path.join(
   path.dirname(fileURLToPath(import.meta.url)),

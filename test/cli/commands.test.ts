@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { LeaseClient } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { uniqueKey } from '../client/helpers.js';
+import { uniqueKey } from '../support/helpers.js';
 import { parseJson, runCli } from './helpers.js';
 
 let db: TestDatabase;

@@ -1,10 +1,11 @@
 /**
- * Small helpers shared by the client and CLI tests. Everything runs against a real server.
+ * Small helpers every suite shares: polling for a condition, waiting for an abort, and keys
+ * no other test uses.
  */
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-/** Polls `condition` until it holds; fails the test after `timeoutMs`. */
+/** Polls `condition` every 25 ms until it holds; fails the test after `timeoutMs`. */
 export async function waitFor(
   what: string,
   condition: () => boolean | Promise<boolean>,
@@ -12,8 +13,8 @@ export async function waitFor(
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await condition())) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting until ${what}`);
-    await sleep(20);
+    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting until ${what}`);
+    await sleep(25);
   }
 }
 
@@ -35,8 +36,9 @@ export async function abortReason(signal: AbortSignal, timeoutMs = 20_000): Prom
   }
 }
 
-/** A key no other test uses. */
-let keys = 0;
-export function uniqueKey(prefix = 'key'): string {
-  return `${prefix}-${process.pid}-${++keys}`;
+let keyCounter = 0;
+
+/** A key unique to this process and test, readable in failure output. */
+export function uniqueKey(label = 'key'): string {
+  return `${label}:${process.pid}:${++keyCounter}:${Math.random().toString(36).slice(2, 8)}`;
 }

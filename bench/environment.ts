@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { PgCluster } from '../src/testing/index.js';
+import type { PgCluster } from 'pg-lease-testing';
 import type { Pgbench } from './pgbench.js';
 import { BENCH_DATABASE } from './setup.js';
 

@@ -16,7 +16,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { PgCluster, findInstallation, type InstallationRequest } from '../src/testing/index.js';
+import { PgCluster, findInstallation, type InstallationRequest } from 'pg-lease-testing';
 import {
   BENCH_DATABASE,
   UsageError,

@@ -7,7 +7,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
-import type { PgCluster } from '../src/testing/index.js';
+import type { PgCluster } from 'pg-lease-testing';
 import {
   archiveLogs,
   readLogs,

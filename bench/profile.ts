@@ -12,7 +12,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { PgCluster, type PgInstallation } from '../src/testing/index.js';
+import { PgCluster, type PgInstallation } from 'pg-lease-testing';
 import { materialiseScript, type BenchContext } from './measure.js';
 import { readLogs, runPgbench, withPositions } from './pgbench.js';
 import {

@@ -11,8 +11,12 @@ import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { PgCluster, findInstallation, type InstallationRequest } from '../src/testing/index.js';
-import { PACKAGE_ROOT } from '../src/testing/installation.js';
+import {
+  PgCluster,
+  findInstallation,
+  type InstallationRequest,
+  PACKAGE_ROOT,
+} from 'pg-lease-testing';
 import { environmentMarkdown, recordEnvironment } from './environment.js';
 import {
   throughputRound,

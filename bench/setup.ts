@@ -8,8 +8,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import pg from 'pg';
-import type { PgCluster } from '../src/testing/index.js';
-import { PACKAGE_ROOT } from '../src/testing/installation.js';
+import { type PgCluster, PACKAGE_ROOT } from 'pg-lease-testing';
 import type { Arm } from './workloads.js';
 
 /** A bad command line or option value: the runners print it with their usage and exit 2. */

@@ -9,8 +9,7 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { PgCluster, findSystemPgConfig } from '../src/testing/index.js';
-import { PACKAGE_ROOT } from '../src/testing/installation.js';
+import { PgCluster, findSystemPgConfig, PACKAGE_ROOT } from 'pg-lease-testing';
 
 const pgConfig = process.env.PG_LEASE_PG_CONFIG ?? findSystemPgConfig();
 if (!pgConfig) {

@@ -11,8 +11,12 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
-import { PACKAGE_ROOT } from '../src/testing/installation.js';
-import { SUPPORTED_MAJORS, findInstallation, findSystemPgConfig } from '../src/testing/index.js';
+import {
+  PACKAGE_ROOT,
+  SUPPORTED_MAJORS,
+  findInstallation,
+  findSystemPgConfig,
+} from 'pg-lease-testing';
 import type { SuiteCounts } from './summary-reporter.js';
 
 interface Target {

@@ -14,7 +14,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { PgCluster } from '../src/testing/index.js';
+import { PgCluster } from 'pg-lease-testing';
 import type { SuiteCounts } from './summary-reporter.js';
 
 const distRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

@@ -157,6 +157,8 @@ export class LeaseClient implements AsyncDisposable {
       owner,
       ttl: options.ttl,
       wait: options.wait ?? 0,
+      keepAliveInterval:
+        typeof options.keepAlive === 'object' ? options.keepAlive.interval : undefined,
     });
     const sentAt = performance.now();
     const rows = await this.#query<{

@@ -93,8 +93,10 @@ export function parseInterval(text: string): number | undefined {
  * can be seen (`'1 day -1 s'`). Returns `Infinity` or `-Infinity` for infinite intervals and
  * `undefined` for text it does not understand; see {@link parseInterval} for the forms.
  *
+ * Internal (not exported by the package): the validation reads the fields through it.
+ *
+ * @internal
  * @example
- * import { parseIntervalFields } from 'pg-lease';
  * parseIntervalFields('1 day -1 s'); // { months: 0, days: 1, microseconds: -1_000_000 }
  */
 export function parseIntervalFields(text: string): IntervalFields | number | undefined {

@@ -3,8 +3,15 @@
  * that a mistake costs no round trip and a duration the client cannot read never reaches the
  * server. Same rules, same order, same DETAIL and HINT text as the server's 22023 error; the
  * client tests compare the two for the same inputs.
+ *
+ * On top of them, the client's own rules for what it alone reads (docs/client.md, "Durations"):
+ * a duration is a whole number of milliseconds (a number) or interval text with a unit; text
+ * that is a bare number other than 0 has no unit and is refused, because PostgreSQL would read
+ * it as seconds where a number means milliseconds; text that is not an interval is reported as
+ * unreadable; an epoch must fit PostgreSQL's bigint; a keepAlive interval must be shorter than
+ * the ttl. These DETAILs name the value, since the server never sees it.
  */
-import { durationFields, toMicroseconds, type Duration } from './duration.js';
+import { parseIntervalFields, toMicroseconds, type Duration } from './duration.js';
 import { LeaseInvalidInputError } from './errors.js';
 
 /** Which API function the input is for; it decides which parameters apply, as on the server. */
@@ -17,6 +24,8 @@ export interface LeaseInput {
   epoch?: unknown;
   ttl?: Duration;
   wait?: Duration;
+  /** `keepAlive.interval` of an acquire, checked against the ttl. */
+  keepAliveInterval?: Duration | undefined;
 }
 
 /** Arguments after validation: durations in whole microseconds, epoch as a bigint. */
@@ -60,28 +69,30 @@ export function validateInput(fn: LeaseFunction, input: LeaseInput): ValidInput 
   if (fn === 'renew' || fn === 'release') {
     if (input.epoch === null || input.epoch === undefined)
       violations.push('epoch must not be null');
-    else epoch = toEpoch(input.epoch);
+    else epoch = toEpoch(input.epoch, violations);
   }
 
   let ttlMicroseconds = 0;
   if (fn === 'acquire' || fn === 'renew') {
-    const ttl = input.ttl === undefined ? undefined : durationFields(input.ttl);
-    const micros = ttl && toMicroseconds(ttl);
-    if (!ttl || hasNegativeField(ttl) || micros! <= 0)
-      violations.push('ttl must be a positive finite interval');
-    else if (micros! > MAX_INTERVAL_MICROSECONDS) violations.push('ttl must be at most 1000 years');
-    else ttlMicroseconds = micros!;
+    const ttl = checkDuration('ttl', input.ttl, 'positive');
+    if (ttl.violation !== undefined) violations.push(ttl.violation);
+    else ttlMicroseconds = ttl.microseconds;
   }
 
   let waitMicroseconds = 0;
   if (fn === 'acquire') {
-    const wait = durationFields(input.wait ?? 0);
-    const micros = wait && toMicroseconds(wait);
-    if (!wait || hasNegativeField(wait))
-      violations.push('wait must be a non-negative finite interval');
-    else if (micros! > MAX_INTERVAL_MICROSECONDS)
-      violations.push('wait must be at most 1000 years');
-    else waitMicroseconds = micros!;
+    const wait = checkDuration('wait', input.wait ?? 0, 'non-negative');
+    if (wait.violation !== undefined) violations.push(wait.violation);
+    else waitMicroseconds = wait.microseconds;
+  }
+
+  if (fn === 'acquire' && input.keepAliveInterval !== undefined) {
+    const interval = checkDuration('keepAlive.interval', input.keepAliveInterval, 'positive');
+    if (interval.violation !== undefined) violations.push(interval.violation);
+    else if (ttlMicroseconds > 0 && interval.microseconds >= ttlMicroseconds)
+      violations.push(
+        `keepAlive.interval must be shorter than the ttl, got ${show(input.keepAliveInterval)} for a ttl of ${show(input.ttl!)}`,
+      );
   }
 
   if (violations.length > 0)
@@ -95,11 +106,82 @@ export function validateInput(fn: LeaseFunction, input: LeaseInput): ValidInput 
   };
 }
 
-/** Epochs are bigints; a safe integer number is taken as one for callers without types. */
-function toEpoch(value: unknown): bigint {
-  if (typeof value === 'bigint') return value;
-  if (typeof value === 'number' && Number.isSafeInteger(value)) return BigInt(value);
-  throw new TypeError(`pg_lease: epoch must be a bigint, got ${typeof value}`);
+/** The range of PostgreSQL's bigint, which epochs are. */
+const BIGINT_MIN = -(2n ** 63n);
+const BIGINT_MAX = 2n ** 63n - 1n;
+
+/**
+ * Epochs are bigints; a safe integer number is taken as one for callers without types. One
+ * outside PostgreSQL's bigint range is a violation here (the server would fail the cast).
+ */
+function toEpoch(value: unknown, violations: string[]): bigint {
+  let epoch: bigint;
+  if (typeof value === 'bigint') epoch = value;
+  else if (typeof value === 'number' && Number.isSafeInteger(value)) epoch = BigInt(value);
+  else throw new TypeError(`pg_lease: epoch must be a bigint, got ${typeof value}`);
+  if (epoch < BIGINT_MIN || epoch > BIGINT_MAX) {
+    violations.push(`epoch must be a 64-bit integer, got ${epoch}`);
+    return 0n;
+  }
+  return epoch;
+}
+
+/** A duration checked by {@link checkDuration}: its length, or the rule it breaks. */
+export type CheckedDuration =
+  { violation: undefined; microseconds: number } | { violation: string; microseconds?: undefined };
+
+/** Text that is only a number, which PostgreSQL would read as seconds. */
+const UNITLESS = /^\s*[+-]?(?:\d+\.?\d*|\.\d+)\s*$/;
+
+/**
+ * Checks one duration against the client's rules and the server's, in that order, and
+ * returns its length in whole microseconds (always a multiple of 1000) or the violation,
+ * worded as in the DETAIL of the server where the server has the same rule.
+ *
+ * @example
+ * checkDuration('ttl', '30s', 'positive');     // { violation: undefined, microseconds: 30_000_000 }
+ * checkDuration('ttl', '30', 'positive').violation;
+ * // 'ttl "30" has no unit: write 30s, 30ms or 30min'
+ */
+export function checkDuration(
+  name: string,
+  value: Duration | undefined,
+  rule: 'positive' | 'non-negative',
+): CheckedDuration {
+  const range =
+    rule === 'positive'
+      ? `${name} must be a positive finite interval`
+      : `${name} must be a non-negative finite interval`;
+  let fields;
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value)) return { violation: range };
+    if (!Number.isInteger(value))
+      return { violation: `${name} must be a whole number of milliseconds, got ${value}` };
+    fields = { months: 0, days: 0, microseconds: value * 1000 };
+  } else if (typeof value === 'string') {
+    if (UNITLESS.test(value) && Number(value) !== 0)
+      return {
+        violation: `${name} ${show(value)} has no unit: write ${value.trim()}s, ${value.trim()}ms or ${value.trim()}min`,
+      };
+    const parsed = parseIntervalFields(value);
+    if (parsed === undefined) return { violation: `${name} ${show(value)} is not a duration` };
+    if (typeof parsed === 'number') return { violation: range };
+    fields = parsed;
+  } else {
+    return { violation: range };
+  }
+  const microseconds = toMicroseconds(fields);
+  if (hasNegativeField(fields) || (rule === 'positive' ? microseconds <= 0 : microseconds < 0))
+    return { violation: range };
+  if (microseconds > MAX_INTERVAL_MICROSECONDS)
+    return { violation: `${name} must be at most 1000 years` };
+  if (microseconds % 1000 !== 0)
+    return { violation: `${name} must be a whole number of milliseconds, got ${show(value)}` };
+  return { violation: undefined, microseconds };
+}
+
+function show(value: Duration): string {
+  return typeof value === 'number' ? String(value) : JSON.stringify(value);
 }
 
 function checkText(name: 'key' | 'owner', value: unknown, violations: string[]): void {

@@ -24,11 +24,35 @@ type Parsed<T extends Options> = ReturnType<
   }>
 >;
 
-/** parseArgs, strict, with usage errors raised as {@link UsageError}. */
+/**
+ * parseArgs, strict, with usage errors raised as {@link UsageError}. A value that starts with
+ * a dash (`--ttl -5s`, `--epoch -1`) is taken as the value of the string option before it, so
+ * that it is judged as a value (and named in the error) rather than refused as an option.
+ */
 export function parseCommand<T extends Options>(args: string[], options: T): Parsed<T> {
+  const all: Options = { ...COMMON_OPTIONS, ...options };
+  const joined: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    const next = args[i + 1];
+    const name = arg.startsWith('--') ? arg.slice(2) : undefined;
+    if (
+      name !== undefined &&
+      all[name]?.type === 'string' &&
+      next !== undefined &&
+      next.startsWith('-') &&
+      next !== '--' &&
+      !(next.startsWith('--') && next.slice(2).split('=')[0]! in all)
+    ) {
+      joined.push(`${arg}=${next}`);
+      i += 1;
+    } else {
+      joined.push(arg);
+    }
+  }
   try {
     return parseArgs({
-      args,
+      args: joined,
       options: { ...COMMON_OPTIONS, ...options },
       strict: true,
       allowPositionals: false,
@@ -52,10 +76,13 @@ export function connectionString(values: { url?: string | undefined }): string {
   return url;
 }
 
-/** An epoch from the command line: a whole number, kept exact as a bigint. */
+/**
+ * An epoch from the command line: a whole number, kept exact as a bigint (the client refuses
+ * one outside PostgreSQL's bigint range).
+ */
 export function parseEpoch(text: string): bigint {
   if (!/^[+-]?\d+$/.test(text.trim()))
-    throw new LeaseInvalidInputError('epoch must be a whole number', {
+    throw new LeaseInvalidInputError(`epoch must be a whole number, got ${JSON.stringify(text)}`, {
       hint: 'epoch is the one acquire returned.',
     });
   return BigInt(text.trim());

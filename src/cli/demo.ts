@@ -11,18 +11,9 @@ import pg from 'pg';
 import { LeaseClient } from '../client.js';
 import { LeaseLostError } from '../errors.js';
 import { installPgLease } from '../install.js';
-import { PgCluster } from '../testing/index.js';
 import { parseCommand } from './common.js';
+import { commandHelp } from './help.js';
 import { EXIT } from './exit-codes.js';
-
-export const DEMO_HELP = `pg-lease demo [--url URL]
-
-Shows pg_lease at work, as a timeline: workers race for a job, the winner heartbeats and
-then hangs, its lease lapses, another worker takes over with a greater epoch, and a fenced
-write turns the old holder away. Without --url it starts a throwaway PostgreSQL server
-(from the embedded binaries installed with the package's dev dependencies) and removes it
-afterwards. With --url it uses that database instead (installing pg_lease if missing) and
-drops the table it creates; the lease rows stay, as lease rows always do.`;
 
 const TTL = '2s';
 const WORKERS = ['worker-a', 'worker-b', 'worker-c'] as const;
@@ -30,7 +21,7 @@ const WORKERS = ['worker-a', 'worker-b', 'worker-c'] as const;
 export async function demoCommand(args: string[]): Promise<number> {
   const { values } = parseCommand(args, {});
   if (values.help) {
-    process.stdout.write(`${DEMO_HELP}\n`);
+    process.stdout.write(`${commandHelp('demo')}\n`);
     return EXIT.OK;
   }
   const start = performance.now();
@@ -43,7 +34,7 @@ export async function demoCommand(args: string[]): Promise<number> {
 
   say('pg-lease demo: three workers compete for one job, holding it with a 2-second lease.');
   say();
-  let cluster: PgCluster | undefined;
+  let cluster: DemoCluster | undefined;
   let url = values.url;
   // A shared database gets names of its own, so that runs never see each other's keys.
   const suffix = url ? `_${randomBytes(3).toString('hex')}` : '';
@@ -53,14 +44,7 @@ export async function demoCommand(args: string[]): Promise<number> {
 
   if (!url) {
     say('Starting a throwaway PostgreSQL server (private data dir, port and socket dir)...');
-    try {
-      cluster = await PgCluster.start();
-    } catch (error) {
-      throw new Error(
-        `${(error as Error).message}\nOr run the demo on a database of yours: pg-lease demo --url postgresql://...`,
-        { cause: error },
-      );
-    }
+    cluster = await startThrowawayServer();
     url = await cluster.createDatabase('pg_lease_demo', { extension: false });
     say(`PostgreSQL ${cluster.installation.version} is up on 127.0.0.1:${cluster.port}.`);
   }
@@ -210,4 +194,46 @@ async function describe(
         ? `${key}: held by ${state.owner}, epoch ${state.epoch}`
         : `${key}: free, epoch ${state.epoch} (any action fenced with epoch <= ${state.epoch} is stale)`,
   );
+}
+
+/** What the demo uses of pg-lease-testing's PgCluster. */
+interface DemoCluster {
+  readonly port: number;
+  readonly installation: { readonly version: string };
+  createDatabase(name?: string, options?: { extension?: boolean }): Promise<string>;
+  destroy(): Promise<void>;
+}
+
+/**
+ * The throwaway server comes from pg-lease-testing, which is not a dependency of pg-lease: the
+ * CLI users deploy should not carry a test harness and 40 MB of server binaries.
+ */
+async function startThrowawayServer(): Promise<DemoCluster> {
+  const harness = 'pg-lease-testing';
+  let PgCluster: { start(): Promise<DemoCluster> };
+  try {
+    ({ PgCluster } = (await import(harness)) as { PgCluster: typeof PgCluster });
+  } catch (error) {
+    const missing = error as { code?: unknown; message?: unknown };
+    if (
+      missing.code !== 'ERR_MODULE_NOT_FOUND' ||
+      !String(missing.message).includes(`'${harness}'`)
+    )
+      throw error;
+    throw new Error(
+      'the demo starts its throwaway server with pg-lease-testing, which is not installed. ' +
+        'Install it (it brings the server binaries): npm install --save-dev pg-lease-testing; ' +
+        'or run the demo on a database of yours: pg-lease demo --url postgresql://...',
+      { cause: error },
+    );
+  }
+  try {
+    return await PgCluster.start();
+  } catch (error) {
+    throw new Error(
+      `could not start a throwaway server: ${(error as Error).message}\n` +
+        'Or run the demo on a database of yours: pg-lease demo --url postgresql://...',
+      { cause: error },
+    );
+  }
 }

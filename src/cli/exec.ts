@@ -5,22 +5,11 @@
 import { spawn } from 'node:child_process';
 import * as os from 'node:os';
 import { LeaseClient } from '../client.js';
-import { durationMicroseconds } from '../duration.js';
 import { LeaseInvalidInputError, LeaseTimeoutError } from '../errors.js';
+import { checkDuration } from '../validation.js';
 import { connectionString, parseCommand, required, warn } from './common.js';
+import { commandHelp } from './help.js';
 import { EXIT, UsageError } from './exit-codes.js';
-
-export const EXEC_HELP = `pg-lease exec --key K --ttl D [--wait D] [--owner O] [--grace D] [--verbose] -- command [args...]
-
-Runs the command while holding the lease on K, renewing it every ttl/3. The command gets
-PG_LEASE_KEY, PG_LEASE_OWNER and PG_LEASE_EPOCH (the fencing epoch) in its environment.
-Signals sent to pg-lease (HUP, INT, QUIT, TERM, USR1, USR2) are passed on to the command.
-If the lease is lost, the command gets SIGTERM, and SIGKILL after --grace (default 10s).
-The lease is released when the command exits.
-
-Exit status: the command's own (128 + N if a signal N ended it); 75 when the lease was not
-acquired (held by another owner, or --wait ran out); 76 when the lease was lost while the
-command ran; 126/127 when the command could not be run / was not found; 64 usage error.`;
 
 /** Signals passed on to the command; the terminal's SIGINT also reaches it directly. */
 const FORWARDED_SIGNALS: NodeJS.Signals[] = [
@@ -45,7 +34,7 @@ export async function execCommand(args: string[]): Promise<number> {
     verbose: { type: 'boolean', default: false },
   });
   if (values.help) {
-    process.stdout.write(`${EXEC_HELP}\n`);
+    process.stdout.write(`${commandHelp('exec')}\n`);
     return EXIT.OK;
   }
   const command = separator === -1 ? [] : args.slice(separator + 1);
@@ -150,8 +139,7 @@ function describeLoss(lost: Error): string {
 }
 
 function graceMilliseconds(text: string): number {
-  const micros = durationMicroseconds(text);
-  if (micros === undefined || micros < 0)
-    throw new LeaseInvalidInputError('grace must be a non-negative finite interval');
-  return micros / 1000;
+  const grace = checkDuration('grace', text, 'non-negative');
+  if (grace.violation !== undefined) throw new LeaseInvalidInputError(grace.violation);
+  return grace.microseconds / 1000;
 }

@@ -3,19 +3,9 @@
  */
 import pg from 'pg';
 import { PgLeaseDowngradeError, installPgLease } from '../install.js';
-import { BUNDLED_VERSION } from '../generated/sql.js';
 import { connectionString, parseCommand, print, warn } from './common.js';
+import { commandHelp } from './help.js';
 import { EXIT } from './exit-codes.js';
-
-export const INSTALL_HELP = `pg-lease install [--from-bundle] [--json]
-
-Installs pg_lease into the database, or updates the pg_lease it has (keeping every
-lease), and prints the version. A newer installed version is refused (exit 1).
-Default: CREATE EXTENSION pg_lease, which needs the extension's files on the server
-(make install in extension/). With --from-bundle: runs the install script bundled in
-this package (pg_lease ${BUNDLED_VERSION}) in one transaction, for managed PostgreSQL
-where extension files cannot be added; the objects then belong to your role, not to an
-extension (remove them with DROP SCHEMA lease CASCADE).`;
 
 /** SQLSTATE of CREATE EXTENSION for an extension whose files the server lacks. */
 const FEATURE_NOT_SUPPORTED = '0A000';
@@ -25,7 +15,7 @@ const UNDEFINED_FILE = '58P01';
 export async function installCommand(args: string[]): Promise<number> {
   const { values } = parseCommand(args, { 'from-bundle': { type: 'boolean', default: false } });
   if (values.help) {
-    process.stdout.write(`${INSTALL_HELP}\n`);
+    process.stdout.write(`${commandHelp('install')}\n`);
     return EXIT.OK;
   }
   const fromBundle = values['from-bundle'];

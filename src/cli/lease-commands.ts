@@ -5,25 +5,7 @@ import { LeaseClient } from '../client.js';
 import { LeaseTimeoutError } from '../errors.js';
 import { connectionString, parseCommand, parseEpoch, print, required } from './common.js';
 import { EXIT } from './exit-codes.js';
-
-export const LEASE_COMMANDS_HELP = {
-  acquire: `pg-lease acquire --key K --ttl D [--wait D] [--owner O] [--json]
-
-Takes a lease once and prints its owner and epoch; nothing renews it afterwards (use
-\`pg-lease renew\`, or \`pg-lease exec\` to hold a lease while a command runs).
-Exit 0 when acquired, 75 when held by another owner or --wait ran out.`,
-  renew: `pg-lease renew --key K --owner O --epoch E --ttl D [--json]
-
-Extends a lease to server time + ttl. Exit 0 when ok, 76 for not_owner, lapsed or
-epoch_mismatch (the status is printed).`,
-  release: `pg-lease release --key K --owner O --epoch E [--json]
-
-Ends a lease; the key becomes free and its epoch moves on. Exit 0 when ok, 76 otherwise.`,
-  inspect: `pg-lease inspect --key K [--json]
-
-Shows whether a key is held, by whom, its epoch (the fencing watermark when free) and
-its expiry. Exit 0.`,
-};
+import { commandHelp } from './help.js';
 
 export async function acquireCommand(args: string[]): Promise<number> {
   const { values } = parseCommand(args, {
@@ -171,7 +153,7 @@ async function withClient(
   }
 }
 
-function help(command: keyof typeof LEASE_COMMANDS_HELP): number {
-  process.stdout.write(`${LEASE_COMMANDS_HELP[command]}\n`);
+function help(command: 'acquire' | 'renew' | 'release' | 'inspect'): number {
+  process.stdout.write(`${commandHelp(command)}\n`);
   return EXIT.OK;
 }

@@ -1,35 +1,15 @@
 #!/usr/bin/env node
 /**
- * The `pg-lease` command: leases from the shell. See docs/cli.md.
+ * The `pg-lease` command: leases from the shell. See docs/cli.md; the help texts are in help.ts.
  */
 import { LeaseError, LeaseInvalidInputError } from '../errors.js';
 import { toJson, warn } from './common.js';
 import { demoCommand } from './demo.js';
 import { execCommand } from './exec.js';
 import { EXIT, UsageError } from './exit-codes.js';
+import { usage } from './help.js';
 import { installCommand } from './install.js';
 import { acquireCommand, inspectCommand, releaseCommand, renewCommand } from './lease-commands.js';
-
-const USAGE = `Usage: pg-lease <command> [options]
-
-Commands:
-  acquire  --key K --ttl D [--wait D] [--owner O]      take a lease once, print its epoch
-  renew    --key K --owner O --epoch E --ttl D         extend a lease
-  release  --key K --owner O --epoch E                 end a lease
-  inspect  --key K                                     show a key's holder and epoch
-  exec     --key K --ttl D [--wait D] [--owner O] [--grace D] -- command [args...]
-                                                       run a command while holding a lease
-  install  [--from-bundle]                             install pg_lease into the database
-  demo     [--url URL]                                 watch leases at work on a throwaway server
-
-Options for every command:
-  --url URL    connection string (default: $DATABASE_URL)
-  --json       print one JSON object instead of text
-  -h, --help   help for the command
-
-Durations (D) are PostgreSQL intervals: 30s, 1min, 1h30m, 00:01:30, PT30S; a bare
-number counts seconds. Exit codes: 0 ok, 1 failure, 64 usage or invalid input,
-75 not acquired, 76 lease lost or gone; exec returns its command's own status.`;
 
 const COMMANDS: Record<string, (args: string[]) => Promise<number>> = {
   acquire: acquireCommand,
@@ -43,35 +23,85 @@ const COMMANDS: Record<string, (args: string[]) => Promise<number>> = {
 
 export async function main(argv: string[]): Promise<number> {
   const [name, ...args] = argv;
+  const json = args.includes('--json');
   if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
-    process.stdout.write(`${USAGE}\n`);
+    process.stdout.write(`${usage()}\n`);
     return name === undefined ? EXIT.USAGE : EXIT.OK;
   }
   const command = COMMANDS[name];
-  if (!command) {
-    warn(`unknown command "${name}"; run pg-lease --help`);
-    return EXIT.USAGE;
-  }
-  const json = args.includes('--json');
+  if (!command) return report(new UsageError(`unknown command "${name}"`), json, args, undefined);
   try {
     return await command(args);
   } catch (error) {
-    return report(error, json, name);
+    return report(error, json, args, name);
   }
 }
 
-function report(error: unknown, json: boolean, command: string): number {
+/** SQLSTATE of a query naming schema lease where pg_lease is not installed. */
+const INVALID_SCHEMA_NAME = '3F000';
+
+/**
+ * Prints an error (as `{"error": ...}` on stdout with --json, as a line on stderr always) and
+ * returns the exit code: 64 for usage errors and invalid input, naming the option and the value
+ * given for it; 1 for anything else.
+ */
+function report(
+  error: unknown,
+  json: boolean,
+  args: string[],
+  command: string | undefined,
+): number {
+  const help = command ? `run pg-lease ${command} --help` : 'run pg-lease --help';
   if (error instanceof UsageError) {
-    warn(`${error.message}; run pg-lease ${command} --help`);
+    if (json) printJsonError({ message: error.message, code: 'usage' });
+    warn(`${error.message}; ${help}`);
     return EXIT.USAGE;
   }
-  if (json) process.stdout.write(`${toJson({ error: describeForJson(error) })}\n`);
   if (error instanceof LeaseInvalidInputError) {
-    warn(`${error.message}: ${error.detail}${error.hint ? `\nhint: ${error.hint}` : ''}`);
+    const violations = error.violations.map((violation) => withOptionValue(violation, args));
+    if (json) printJsonError({ ...describeForJson(error), violations });
+    warn(`invalid input: ${violations.join('; ')}${error.hint ? `\nhint: ${error.hint}` : ''}`);
     return EXIT.USAGE;
   }
-  warn(describe(error));
+  const described = describeForJson(error);
+  if (described.code === INVALID_SCHEMA_NAME && /"lease"/.test(String(described.message)))
+    described.hint = 'pg_lease is not installed in this database; run: pg-lease install';
+  if (json) printJsonError(described);
+  // The command prefixes its own name; the library's "pg_lease: " would say it twice.
+  warn(
+    `${String(described.message).replace(/^pg_lease: /, '')}${described.hint ? `\nhint: ${String(described.hint)}` : ''}`,
+  );
   return EXIT.FAILURE;
+}
+
+function printJsonError(error: Record<string, unknown>): void {
+  process.stdout.write(`${toJson({ error })}\n`);
+}
+
+/**
+ * A violation names its parameter first (`ttl must be ...`); on the command line the value
+ * came from an option, so name the option and the value given: `--ttl "-5s" must be ...`.
+ */
+function withOptionValue(violation: string, args: string[]): string {
+  const parameter = /^[a-z]+/.exec(violation)?.[0];
+  if (!parameter) return violation;
+  const value = optionValue(args, `--${parameter}`);
+  if (value === undefined) return violation;
+  const rest = violation.slice(parameter.length);
+  return rest.includes(JSON.stringify(value)) || rest.includes(`got ${value}`)
+    ? `--${parameter}${rest}`
+    : `--${parameter} ${JSON.stringify(value)}${rest}`;
+}
+
+/** The value given for `option` before any `--`, as `--option value` or `--option=value`. */
+function optionValue(args: string[], option: string): string | undefined {
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    if (arg === '--') break;
+    if (arg === option) return args[i + 1];
+    if (arg.startsWith(`${option}=`)) return arg.slice(option.length + 1);
+  }
+  return undefined;
 }
 
 /** One line for any error, also for node's AggregateError of a refused connection (empty message). */
@@ -89,7 +119,10 @@ function describeForJson(error: unknown): Record<string, unknown> {
   if (error instanceof LeaseError) described.code = error.code;
   else if (typeof (error as { code?: unknown }).code === 'string')
     described.code = (error as { code: string }).code;
-  if (error instanceof LeaseInvalidInputError) described.detail = error.detail;
+  const detail = (error as { detail?: unknown }).detail;
+  if (typeof detail === 'string') described.detail = detail;
+  const hint = (error as { hint?: unknown }).hint;
+  if (typeof hint === 'string') described.hint = hint;
   return described;
 }
 

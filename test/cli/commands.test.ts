@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { LeaseClient } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { uniqueKey } from '../client/helpers.js';
+import { uniqueKey } from '../support/helpers.js';
 import { parseJson, runCli } from './helpers.js';
 
 let db: TestDatabase;
@@ -168,12 +168,12 @@ describe('pg-lease acquire, renew, release, inspect', () => {
 });
 
 describe('pg-lease errors and usage', () => {
-  test('invalid input exits 64 and shows the same DETAIL as the server', async () => {
+  test('invalid input exits 64 naming each option and the value given for it', async () => {
     const result = await runCli(['acquire', '--url', db.url, '--key', '', '--ttl', '0']);
     assert.equal(result.code, 64);
     assert.match(
       result.stderr,
-      /pg_lease: invalid input: key must be a non-empty string; ttl must be a positive finite interval/,
+      /^pg-lease: invalid input: --key "" must be a non-empty string; --ttl "0" must be a positive finite interval$/m,
     );
     assert.match(result.stderr, /^hint: /m);
     const json = await runCli(['acquire', '--url', db.url, '--key', 'k', '--ttl=-1s', '--json']);
@@ -183,8 +183,79 @@ describe('pg-lease errors and usage', () => {
         message: 'pg_lease: invalid input',
         code: 'invalid_input',
         detail: 'ttl must be a positive finite interval',
+        hint: 'key and owner are non-empty strings of at most 1000 bytes; intervals are finite, at most 1000 years, without negative fields; ttl is greater than zero.',
+        violations: ['--ttl "-1s" must be a positive finite interval'],
       },
     });
+  });
+
+  test('a value that starts with a dash is judged as a value, not as an option', async () => {
+    const result = await runCli(['acquire', '--url', db.url, '--key', 'k', '--ttl', '-5s']);
+    assert.equal(result.code, 64);
+    assert.match(result.stderr, /--ttl "-5s" must be a positive finite interval/);
+    assert.doesNotMatch(result.stderr, /ambiguous/);
+  });
+
+  test('text that is not a duration is reported as unreadable, not as out of range', async () => {
+    const result = await runCli(['acquire', '--url', db.url, '--key', 'k', '--ttl', '5 parsecs']);
+    assert.equal(result.code, 64);
+    assert.match(result.stderr, /--ttl "5 parsecs" is not a duration/);
+    assert.doesNotMatch(result.stderr, /positive/);
+  });
+
+  test('a bare number has no unit and is refused, as in the library', async () => {
+    const result = await runCli(['acquire', '--url', db.url, '--key', 'k', '--ttl', '30']);
+    assert.equal(result.code, 64);
+    assert.match(result.stderr, /--ttl "30" has no unit: write 30s, 30ms or 30min/);
+    assert.equal(
+      await db.pool.query("SELECT 1 FROM lease.inspect('k')").then((r) => r.rowCount),
+      0,
+    );
+  });
+
+  test('an epoch beyond bigint exits 64 naming it, before anything is sent', async () => {
+    const huge = '99999999999999999999999';
+    const result = await runCli([
+      'renew',
+      '--url',
+      'postgresql://postgres@127.0.0.1:1/x',
+      ...['--key', 'k', '--owner', 'o', '--epoch', huge, '--ttl', '30s'],
+    ]);
+    assert.equal(result.code, 64, result.stderr);
+    assert.match(result.stderr, new RegExp(`--epoch must be a 64-bit integer, got ${huge}`));
+  });
+
+  test('usage errors under --json are printed as JSON too', async () => {
+    const missing = await runCli(['acquire', '--url', db.url, '--ttl', '30s', '--json']);
+    assert.equal(missing.code, 64);
+    assert.deepEqual(parseJson(missing), {
+      error: { message: '--key is required', code: 'usage' },
+    });
+    const unknown = await runCli(['frobnicate', '--json']);
+    assert.equal(unknown.code, 64);
+    assert.deepEqual(parseJson(unknown), {
+      error: { message: 'unknown command "frobnicate"', code: 'usage' },
+    });
+  });
+
+  test('a database without pg_lease gets a hint to run pg-lease install', async () => {
+    const bare = await createTestDatabase({ extension: false });
+    try {
+      const result = await runCli(['inspect', '--url', bare.url, '--key', 'k']);
+      assert.equal(result.code, 1);
+      assert.match(result.stderr, /schema "lease" does not exist/);
+      assert.match(
+        result.stderr,
+        /^hint: pg_lease is not installed in this database; run: pg-lease install$/m,
+      );
+      const json = await runCli(['inspect', '--url', bare.url, '--key', 'k', '--json']);
+      assert.match(
+        String((parseJson(json).error as { hint?: unknown }).hint),
+        /run: pg-lease install/,
+      );
+    } finally {
+      await bare.close();
+    }
   });
 
   test('a bad command line exits 64 with a pointer to --help', async () => {

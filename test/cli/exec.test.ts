@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { LeaseClient } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { uniqueKey, waitFor } from '../client/helpers.js';
+import { uniqueKey, waitFor } from '../support/helpers.js';
 import { runCli, startCli } from './helpers.js';
 
 let db: TestDatabase;

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { waitFor } from '../client/helpers.js';
+import { waitFor } from '../support/helpers.js';
 
 /** dist/src/cli/main.js, next to this file's compiled twin in dist/test/cli. */
 export const CLI = path.resolve(

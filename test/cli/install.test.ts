@@ -4,7 +4,7 @@ import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { LeaseClient } from '../../src/index.js';
-import { PACKAGE_ROOT } from '../../src/testing/installation.js';
+import { PACKAGE_ROOT } from 'pg-lease-testing';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
 import { parseJson, runCli } from './helpers.js';

@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { LeaseClient, LeaseLostError } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { abortReason, uniqueKey, waitFor } from './helpers.js';
+import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;

@@ -9,7 +9,7 @@ import {
   type Lease,
 } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { uniqueKey, waitFor } from './helpers.js';
+import { uniqueKey, waitFor } from '../support/helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;

@@ -6,8 +6,8 @@ import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { LeaseClient, LeaseError, LeaseLostError } from '../../src/index.js';
-import { PgCluster } from '../../src/testing/index.js';
-import { abortReason, uniqueKey, waitFor } from './helpers.js';
+import { PgCluster } from 'pg-lease-testing';
+import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
 let cluster: PgCluster;
 let pool: pg.Pool;

@@ -13,7 +13,8 @@ import {
   BUNDLED_SCRIPT_NAME,
   BUNDLED_VERSION,
 } from '../../src/generated/sql.js';
-import { PACKAGE_ROOT } from '../../src/testing/installation.js';
+import { PACKAGE_ROOT } from 'pg-lease-testing';
+import { strictConsumerTsconfig } from '../../scripts/consumer-tsconfig.js';
 
 /** A consumer of the published package, written as a user would, strict mode. */
 const CONSUMER = `
@@ -81,18 +82,7 @@ describe('published package', () => {
       fs.writeFileSync(path.join(dir, 'consumer.ts'), CONSUMER);
       fs.writeFileSync(
         path.join(dir, 'tsconfig.json'),
-        JSON.stringify({
-          compilerOptions: {
-            target: 'ES2022',
-            lib: ['ES2023', 'ESNext.Disposable'],
-            module: 'NodeNext',
-            moduleResolution: 'NodeNext',
-            strict: true,
-            noEmit: true,
-            types: ['node'],
-          },
-          files: ['consumer.ts'],
-        }),
+        strictConsumerTsconfig('consumer.ts', { emit: false }),
       );
       const tsc = path.join(PACKAGE_ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
       const result = spawnSync(process.execPath, [tsc, '-p', dir], { encoding: 'utf8' });
@@ -114,6 +104,34 @@ describe('published package', () => {
       'utf8',
     );
     assert.match(control, new RegExp(`default_version\\s*=\\s*'${BUNDLED_VERSION}'`));
+  });
+
+  test('every TSDoc example imports only what the package exports', async () => {
+    const exported = new Set(Object.keys(await import('../../src/index.js')));
+    const declarations = fs.readFileSync(
+      path.join(PACKAGE_ROOT, 'dist', 'src', 'index.d.ts'),
+      'utf8',
+    );
+    const missing: string[] = [];
+    const sourceDir = path.join(PACKAGE_ROOT, 'src');
+    for (const file of fs.readdirSync(sourceDir, { recursive: true }) as string[]) {
+      if (!file.endsWith('.ts')) continue;
+      const text = fs.readFileSync(path.join(sourceDir, file), 'utf8');
+      for (const [, names] of text.matchAll(
+        /^\s*\* import (?:type )?\{([^}]*)\} from 'pg-lease';/gm,
+      )) {
+        for (const raw of names!.split(',')) {
+          const isType = raw.trim().startsWith('type ');
+          const name = raw.replace(/^\s*type\s+/, '').trim();
+          if (!name) continue;
+          const found = isType
+            ? new RegExp(`\\b(type )?${name}\\b`).test(declarations)
+            : exported.has(name) || new RegExp(`\\btype ${name}\\b`).test(declarations);
+          if (!found) missing.push(`${file}: ${name}`);
+        }
+      }
+    }
+    assert.deepEqual(missing, [], 'TSDoc examples import symbols pg-lease does not export');
   });
 
   test('the generated source is up to date with extension/sql', () => {

@@ -143,8 +143,8 @@ describe('invalid input: the client says what the server says', () => {
     }
   });
 
-  test('infinite durations and text that is not an interval are invalid', async () => {
-    for (const ttl of [Infinity, NaN, 'infinity', 'soon']) {
+  test('infinite durations are out of range, as on the server', async () => {
+    for (const ttl of [Infinity, NaN, 'infinity']) {
       await assert.rejects(
         client.acquire('k', { ttl }),
         (error: unknown) =>
@@ -160,13 +160,94 @@ describe('invalid input: the client says what the server says', () => {
         error.detail === 'wait must be a non-negative finite interval',
     );
   });
-
   test('the largest valid key, owner and ttl are accepted by both sides', async () => {
     const key = 'é'.repeat(500); // exactly 1000 bytes
     const lease = await client.acquire(key, { owner: 'o'.repeat(1000), ttl: '1000 years' });
     assert.ok(lease);
     assert.equal(Buffer.byteLength(lease.key), 1000);
     assert.equal(await lease.release(), 'ok');
+  });
+});
+
+/** The client's own rules for what it alone reads (docs/client.md, "Durations"). */
+describe('durations: one meaning for every input', () => {
+  async function detailOf(attempt: Promise<unknown>): Promise<string> {
+    const error = await attempt.then(
+      () => assert.fail('accepted'),
+      (caught: unknown) => caught,
+    );
+    assert.ok(error instanceof LeaseInvalidInputError, String(error));
+    return error.detail;
+  }
+
+  test('text that is not a duration is reported as unreadable, naming it', async () => {
+    assert.equal(
+      await detailOf(client.acquire('k', { ttl: '5 parsecs' })),
+      'ttl "5 parsecs" is not a duration',
+    );
+    assert.equal(
+      await detailOf(client.acquire('k', { ttl: '1s', wait: 'soon' })),
+      'wait "soon" is not a duration',
+    );
+  });
+
+  test('text that is a bare number has no unit and is refused; zero is allowed', async () => {
+    assert.equal(
+      await detailOf(client.acquire('k', { ttl: '30' })),
+      'ttl "30" has no unit: write 30s, 30ms or 30min',
+    );
+    const lease = await client.acquire(`bare-zero-${process.pid}`, { ttl: '30s', wait: '0' });
+    assert.ok(lease);
+    await lease.release();
+  });
+
+  test('a number is a whole number of milliseconds: 30 is a 30 ms lease, 0.5 is refused', async () => {
+    assert.equal(
+      await detailOf(client.acquire('k', { ttl: 0.5 })),
+      'ttl must be a whole number of milliseconds, got 0.5',
+    );
+    assert.equal(
+      await detailOf(client.acquire('k', { ttl: '1.5ms' })),
+      'ttl must be a whole number of milliseconds, got "1.5ms"',
+    );
+    assert.equal(
+      await detailOf(client.acquire('k', { ttl: '1s', wait: '500 us' })),
+      'wait must be a whole number of milliseconds, got "500 us"',
+    );
+    const key = `ms-${process.pid}`;
+    const lease = await client.acquire(key, { ttl: 60_000 });
+    assert.ok(lease);
+    const { rows } = await db.pool.query<{ ms: number }>(
+      `SELECT round(extract(epoch FROM expires_at - now()) * 1000)::int AS ms
+         FROM lease.leases WHERE key = $1`,
+      [key],
+    );
+    // 60 000 read as milliseconds is a minute; read as seconds it would be 16 hours.
+    assert.ok(rows[0]!.ms > 30_000 && rows[0]!.ms <= 60_000, String(rows[0]!.ms));
+    await lease.release();
+  });
+
+  test('a keepAlive interval as long as the ttl or longer is refused before anything is sent', async () => {
+    const key = `keep-${process.pid}`;
+    assert.equal(
+      await detailOf(client.acquire(key, { ttl: '3s', keepAlive: { interval: '3s' } })),
+      'keepAlive.interval must be shorter than the ttl, got "3s" for a ttl of "3s"',
+    );
+    assert.equal(
+      await detailOf(client.acquire(key, { ttl: 2_000, keepAlive: { interval: 5_000 } })),
+      'keepAlive.interval must be shorter than the ttl, got 5000 for a ttl of 2000',
+    );
+    assert.equal(await client.inspect(key), null);
+    const lease = await client.acquire(key, { ttl: '3s', keepAlive: { interval: '1s' } });
+    assert.ok(lease);
+    await lease.release();
+  });
+
+  test('an epoch beyond PostgreSQL bigint is invalid input, not a driver error', async () => {
+    assert.equal(
+      await detailOf(client.renew('k', { owner: 'o', epoch: 2n ** 63n, ttl: '1s' })),
+      'epoch must be a 64-bit integer, got 9223372036854775808',
+    );
   });
 });
 

@@ -8,21 +8,8 @@ import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import {
-  acquire,
-  acquireCall,
-  inspect,
-  inspectCall,
-  release,
-  releaseCall,
-  renew,
-  renewCall,
-  serverNow,
-  sleepPast,
-  uniqueKey,
-  type Acquired,
-  type Queryable,
-} from '../support/lease-calls.js';
+import { acquire, acquireCall, inspect, inspectCall, release, releaseCall, renew, renewCall, serverNow, sleepPast, type Acquired, type Queryable } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
 import { Isolation, type Session, type Step } from '../support/sessions.js';
 
 let db: TestDatabase;
@@ -415,7 +402,7 @@ describe('waiting acquires', { concurrency: true }, () => {
           `SELECT c.oid::regclass::text AS t FROM pg_class c
             WHERE c.relnamespace = 'lease'::regnamespace AND c.relkind = 'r'`,
         );
-        const locked = await session.query(`SELECT 1 FROM ${rows[0].t} WHERE key = $1 FOR UPDATE`, [key]);
+        const locked = await session.query(`SELECT 1 FROM ${rows[0]!.t} WHERE key = $1 FOR UPDATE`, [key]);
         assert.equal(locked.rowCount, 1);
       },
     },

@@ -15,7 +15,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
-import { PgCluster } from '../../src/testing/index.js';
+import { PgCluster } from 'pg-lease-testing';
 import { FIXTURE_0_1_0 } from './upgrade.test.js';
 
 type Install = '0.1.0' | '0.2.0' | 'update';

@@ -10,7 +10,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { acquire, release, renew, uniqueKey } from '../support/lease-calls.js';
+import { acquire, release, renew } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
 
 let db: TestDatabase;
 before(async () => {

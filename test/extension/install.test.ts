@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { PACKAGE_ROOT } from '../../src/testing/installation.js';
+import { PACKAGE_ROOT } from 'pg-lease-testing';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { acquire, inspect, leaseTable, pgError, release } from '../support/lease-calls.js';
 import { createRole, type TestRole } from '../support/roles.js';

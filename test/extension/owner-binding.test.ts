@@ -8,7 +8,8 @@ import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
 import { defaultOwner } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { pgError, storedRow, uniqueKey } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
+import { pgError, storedRow } from '../support/lease-calls.js';
 import { createRole, type TestRole } from '../support/roles.js';
 
 let db: TestDatabase;

@@ -5,17 +5,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import {
-  acquire,
-  inspect,
-  release,
-  renew,
-  serverNow,
-  sleepPast,
-  storedRow,
-  uniqueKey,
-  type Queryable,
-} from '../support/lease-calls.js';
+import { acquire, inspect, release, renew, serverNow, sleepPast, storedRow, type Queryable } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
 
 const SECOND = 1_000_000n;
 

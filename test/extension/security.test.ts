@@ -8,15 +8,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import {
-  acquire,
-  inspect,
-  leaseTable,
-  pgError,
-  release,
-  renew,
-  uniqueKey,
-} from '../support/lease-calls.js';
+import { acquire, inspect, leaseTable, pgError, release, renew } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
 import { createRole, type TestRole } from '../support/roles.js';
 
 const API = [

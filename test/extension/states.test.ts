@@ -6,19 +6,8 @@ import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import {
-  acquire,
-  inspect,
-  intervalMicros,
-  micros,
-  pgError,
-  release,
-  renew,
-  serverNow,
-  sleepPast,
-  storedRow,
-  uniqueKey,
-} from '../support/lease-calls.js';
+import { acquire, inspect, intervalMicros, micros, pgError, release, renew, serverNow, sleepPast, storedRow } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
 
 const SECOND = 1_000_000n;
 

@@ -6,17 +6,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import {
-  acquire,
-  allRows,
-  inspect,
-  pgError,
-  release,
-  renew,
-  sleepPast,
-  storedRow,
-  uniqueKey,
-} from '../support/lease-calls.js';
+import { acquire, allRows, inspect, pgError, release, renew, sleepPast, storedRow } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
 
 let db: TestDatabase;
 before(async () => {

@@ -11,8 +11,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
-import { PgCluster } from '../../src/testing/index.js';
-import { PACKAGE_ROOT, extensionFiles } from '../../src/testing/installation.js';
+import { PgCluster } from 'pg-lease-testing';
+import { PACKAGE_ROOT, extensionFiles } from 'pg-lease-testing';
 
 export const FIXTURE_0_1_0 = path.join(
   PACKAGE_ROOT,

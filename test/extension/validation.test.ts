@@ -11,15 +11,8 @@ import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import {
-  acquire,
-  allRows,
-  inspect,
-  release,
-  renew,
-  serverVersionNum,
-  uniqueKey,
-} from '../support/lease-calls.js';
+import { acquire, allRows, inspect, release, renew, serverVersionNum } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
 
 /** The DETAIL phrase for each constraint, as worded by extension/src. */
 const PHRASE = {

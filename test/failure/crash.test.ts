@@ -8,15 +8,15 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
-import type { PgCluster } from '../../src/testing/index.js';
+import type { PgCluster } from 'pg-lease-testing';
 import {
-  acquire,
+  acquireTimed as acquire,
   inspect,
   inspectAll,
-  release,
+  releaseTimed as release,
   renew,
-  type Inspection,
-} from './support/lease-sql.js';
+  type Inspected,
+} from '../support/lease-calls.js';
 import { committedWatermarks, countTakeovers, findViolations, runLoad } from './support/load.js';
 import {
   backendPid,
@@ -71,19 +71,19 @@ describe('crash', () => {
       held: true,
       owner: 'worker-a',
       epoch: grant.epoch,
-      expiresUs: grant.expiresUs,
+      expiresAt: grant.expiresAt,
     });
     assert.deepEqual(await inspect(db, 'crash/renewed'), {
       held: true,
       owner: 'worker-a',
       epoch: renewedGrant.epoch,
-      expiresUs: renewed.expiresUs,
+      expiresAt: renewed.expiresAt,
     });
     assert.deepEqual(await inspect(db, 'crash/released'), {
       held: false,
       owner: null,
-      epoch: releasedGrant.epoch! + 1,
-      expiresUs: null,
+      epoch: releasedGrant.epoch! + 1n,
+      expiresAt: null,
     });
     assert.equal((await acquire(db, 'crash/acquired', 'worker-b', '60 seconds')).acquired, false);
   });
@@ -102,10 +102,10 @@ describe('crash', () => {
     try {
       await open.query('BEGIN');
       const inFlight = await acquire(open, 'crash/uncommitted/free', 'worker-b', '60 seconds');
-      assert.equal(inFlight.epoch, freed.epoch! + 2);
+      assert.equal(inFlight.epoch, freed.epoch! + 2n);
       assert.equal(
         (await acquire(open, 'crash/uncommitted/never', 'worker-b', '60 seconds')).epoch,
-        1,
+        1n,
       );
       const waiterPid = await backendPid(waiter);
       const waiting = acquire(
@@ -129,7 +129,7 @@ describe('crash', () => {
     // "Never happened" includes its epoch: the next grant is the next epoch after the
     // committed state, so an epoch seen only inside an uncommitted transaction is reused.
     const next = await acquire(db, 'crash/uncommitted/free', 'worker-c', '60 seconds');
-    assert.equal(next.epoch, freed.epoch! + 2);
+    assert.equal(next.epoch, freed.epoch! + 2n);
   });
 
   test('under load, crash recovery keeps every epoch a client saw committed and never grants a key to two owners at once', async (t) => {
@@ -155,13 +155,13 @@ describe('crash', () => {
     await reconnect();
 
     const watermarks = committedWatermarks(phase1.grants);
-    const recovered = new Map<string, Inspection | undefined>();
+    const recovered = new Map<string, Inspected | undefined>();
     for (const key of keys) {
       const state = await inspect(db, key);
       recovered.set(key, state);
-      const floor = watermarks.get(key) ?? 0;
+      const floor = watermarks.get(key) ?? 0n;
       assert.ok(
-        (state?.epoch ?? 0) >= floor,
+        (state?.epoch ?? 0n) >= floor,
         `${key}: epoch ${state?.epoch} after recovery, a client saw ${floor} committed`,
       );
     }
@@ -182,7 +182,7 @@ describe('crash', () => {
 
     for (const grant of phase2.grants) {
       assert.ok(
-        grant.epoch > (recovered.get(grant.key)?.epoch ?? 0),
+        grant.epoch > (recovered.get(grant.key)?.epoch ?? 0n),
         `${grant.key}: epoch ${grant.epoch} granted after recovery is not above the recovered one`,
       );
     }
@@ -215,7 +215,7 @@ describe('crash', () => {
       owner: 'worker-0',
       epoch: (await acquire(db, keys.heldAcross, 'worker-0', '60 seconds')).epoch!,
     };
-    let previous = new Map<string, number>();
+    let previous = new Map<string, bigint>();
 
     const downtimes = ['crash', 'crash', 'immediate', 'fast', 'crash'] as const;
     for (const [cycle, downtime] of downtimes.entries()) {
@@ -231,7 +231,7 @@ describe('crash', () => {
         epoch: (await acquire(db, keys.heldAcross, owner, '60 seconds')).epoch!,
       };
 
-      const expected = new Map<string, Inspection | undefined>();
+      const expected = new Map<string, Inspected | undefined>();
       for (const key of Object.values(keys)) expected.set(key, await inspect(db, key));
 
       if (downtime === 'crash') await cluster.crash();
@@ -242,14 +242,14 @@ describe('crash', () => {
       for (const [key, state] of expected) {
         const recovered = await inspect(db, key);
         assert.deepEqual(recovered, state, `${key} after ${downtime} in cycle ${cycle}`);
-        assert.ok(recovered!.epoch >= (previous.get(key) ?? 0), `${key} regressed`);
+        assert.ok(recovered!.epoch >= (previous.get(key) ?? 0n), `${key} regressed`);
       }
       previous = new Map([...expected].map(([key, state]) => [key, state!.epoch]));
     }
-    assert.equal(previous.get(keys.released), 2 * downtimes.length);
-    assert.equal(previous.get(keys.lapsed), downtimes.length);
-    assert.equal(previous.get(keys.heldAcross), 2 * downtimes.length + 1);
-    assert.equal(previous.get(keys.untouched), 1);
+    assert.equal(previous.get(keys.released), BigInt(2 * downtimes.length));
+    assert.equal(previous.get(keys.lapsed), BigInt(downtimes.length));
+    assert.equal(previous.get(keys.heldAcross), BigInt(2 * downtimes.length + 1));
+    assert.equal(previous.get(keys.untouched), 1n);
   });
 
   test('a lease that expired while the server was down is acquirable on the first call after recovery, with a greater epoch', async () => {
@@ -257,13 +257,13 @@ describe('crash', () => {
     const key = 'crash/expired-while-down';
     const grant = await acquire(db, key, 'worker-a', '1 second');
     await cluster.crash();
-    await sleepPastWhileDown(grant.expiresUs!);
+    await sleepPastWhileDown(grant.expiresAt!);
     await cluster.start();
     await reconnect();
 
     const takeover = await acquire(db, key, 'worker-b', '60 seconds');
     assert.equal(takeover.acquired, true, 'downtime extended the old lease');
-    assert.equal(takeover.epoch, grant.epoch! + 1);
-    assert.ok(takeover.grantedUs! >= grant.expiresUs!);
+    assert.equal(takeover.epoch, grant.epoch! + 1n);
+    assert.ok(takeover.grantedAt! >= grant.expiresAt!);
   });
 });

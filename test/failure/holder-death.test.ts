@@ -10,7 +10,13 @@ import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { acquire, inspect, release, renew, type Queryable } from './support/lease-sql.js';
+import {
+  acquireTimed as acquire,
+  inspect,
+  releaseTimed as release,
+  renew,
+  type Queryable,
+} from '../support/lease-calls.js';
 import {
   backendPid,
   connect,
@@ -32,8 +38,8 @@ const holdLeaseFixture = path.join(
 interface HeldGrant {
   key: string;
   owner: string;
-  epoch: number;
-  expiresUs: bigint;
+  epoch: bigint;
+  expiresAt: bigint;
 }
 
 /**
@@ -43,17 +49,17 @@ interface HeldGrant {
 async function assertHeldUntilExpiryThenTakenOver(db: Queryable, grant: HeldGrant): Promise<void> {
   assert.deepEqual(
     await inspect(db, grant.key),
-    { held: true, owner: grant.owner, epoch: grant.epoch, expiresUs: grant.expiresUs },
+    { held: true, owner: grant.owner, epoch: grant.epoch, expiresAt: grant.expiresAt },
     'the holder’s end released its lease',
   );
   assert.equal((await acquire(db, grant.key, 'taker', TTL)).acquired, false);
 
   const takeover = await acquire(db, grant.key, 'taker', TTL, '20 seconds');
   assert.equal(takeover.acquired, true);
-  assert.equal(takeover.epoch, grant.epoch + 1);
+  assert.equal(takeover.epoch, grant.epoch + 1n);
   assert.ok(
-    takeover.grantedUs! >= grant.expiresUs,
-    `taken over ${grant.expiresUs - takeover.grantedUs!} us before the old lease expired`,
+    takeover.grantedAt! >= grant.expiresAt,
+    `taken over ${grant.expiresAt - takeover.grantedAt!} us before the old lease expired`,
   );
 }
 
@@ -85,7 +91,7 @@ describe('holder death and stall', { concurrency: true }, () => {
         key,
         owner: 'holder',
         epoch: grant.epoch!,
-        expiresUs: grant.expiresUs!,
+        expiresAt: grant.expiresAt!,
       });
     } finally {
       await disconnect(holder);
@@ -99,13 +105,13 @@ describe('holder death and stall', { concurrency: true }, () => {
     try {
       const pid = await backendPid(holder);
       await holder.query('BEGIN');
-      assert.equal((await acquire(holder, key, 'holder', TTL)).epoch, 1);
+      assert.equal((await acquire(holder, key, 'holder', TTL)).epoch, 1n);
       await pool.query('SELECT pg_terminate_backend($1)', [pid]);
       await waitUntilBackendGone(pool, pid);
 
       assert.equal(await inspect(pool, key), undefined);
       const next = await acquire(pool, key, 'taker', TTL);
-      assert.deepEqual([next.acquired, next.epoch], [true, 1]);
+      assert.deepEqual([next.acquired, next.epoch], [true, 1n]);
     } finally {
       await disconnect(holder);
     }
@@ -131,8 +137,8 @@ describe('holder death and stall', { concurrency: true }, () => {
       });
       const held = JSON.parse(line) as {
         acquired: boolean;
-        epoch: number;
-        expiresUs: string;
+        epoch: string;
+        expiresAt: string;
         backendPid: number;
       };
       assert.equal(held.acquired, true);
@@ -145,8 +151,8 @@ describe('holder death and stall', { concurrency: true }, () => {
       await assertHeldUntilExpiryThenTakenOver(pool, {
         key,
         owner: 'holder',
-        epoch: held.epoch,
-        expiresUs: BigInt(held.expiresUs),
+        epoch: BigInt(held.epoch),
+        expiresAt: BigInt(held.expiresAt),
       });
     } finally {
       child.kill('SIGKILL');
@@ -164,14 +170,14 @@ describe('holder death and stall', { concurrency: true }, () => {
         key,
         owner: 'holder',
         epoch: grant.epoch!,
-        expiresUs: grant.expiresUs!,
+        expiresAt: grant.expiresAt!,
       });
       const taken = await inspect(pool, key);
       assert.equal(taken?.owner, 'taker');
 
       assert.deepEqual(await renew(holder, key, 'holder', grant.epoch!, TTL), {
         status: 'not_owner',
-        expiresUs: null,
+        expiresAt: null,
       });
       assert.equal((await release(holder, key, 'holder', grant.epoch!)).status, 'not_owner');
       assert.deepEqual(await inspect(pool, key), taken);
@@ -186,18 +192,18 @@ describe('holder death and stall', { concurrency: true }, () => {
     const holder = await connect(database.url);
     try {
       const grant = await acquire(holder, key, 'holder', '1 second');
-      await sleepUntilServerTime(pool, grant.expiresUs!);
+      await sleepUntilServerTime(pool, grant.expiresAt!);
       const lapsed = await inspect(pool, key);
-      assert.deepEqual(lapsed, { held: false, owner: null, epoch: grant.epoch, expiresUs: null });
+      assert.deepEqual(lapsed, { held: false, owner: null, epoch: grant.epoch, expiresAt: null });
 
       assert.deepEqual(await renew(holder, key, 'holder', grant.epoch!, TTL), {
         status: 'lapsed',
-        expiresUs: null,
+        expiresAt: null,
       });
       assert.equal((await release(holder, key, 'holder', grant.epoch!)).status, 'lapsed');
       assert.deepEqual(await inspect(pool, key), lapsed);
       // Lapse is final: even the former holder only gets the key back as a new grant.
-      assert.equal((await acquire(holder, key, 'holder', TTL)).epoch, grant.epoch! + 1);
+      assert.equal((await acquire(holder, key, 'holder', TTL)).epoch, grant.epoch! + 1n);
     } finally {
       await disconnect(holder);
     }
@@ -207,16 +213,16 @@ describe('holder death and stall', { concurrency: true }, () => {
     const { pool } = database;
     // The holder's work outlasts its TTL. Alone, it finds its lease lapsed and still unheld.
     const alone = await acquire(pool, 'short-ttl/alone', 'holder', '200 milliseconds');
-    await sleepUntilServerTime(pool, alone.expiresUs!);
+    await sleepUntilServerTime(pool, alone.expiresAt!);
     assert.deepEqual(await renew(pool, 'short-ttl/alone', 'holder', alone.epoch!, '1 second'), {
       status: 'lapsed',
-      expiresUs: null,
+      expiresAt: null,
     });
     assert.deepEqual(await inspect(pool, 'short-ttl/alone'), {
       held: false,
       owner: null,
       epoch: alone.epoch,
-      expiresUs: null,
+      expiresAt: null,
     });
 
     // With a competitor waiting, the competitor gets it at the expiry, not earlier, and the
@@ -229,8 +235,8 @@ describe('holder death and stall', { concurrency: true }, () => {
       '10 seconds',
       '10 seconds',
     );
-    assert.equal(competitor.epoch, contested.epoch! + 1);
-    assert.ok(competitor.grantedUs! >= contested.expiresUs!);
+    assert.equal(competitor.epoch, contested.epoch! + 1n);
+    assert.ok(competitor.grantedAt! >= contested.expiresAt!);
     assert.equal(
       (await renew(pool, 'short-ttl/contested', 'holder', contested.epoch!, '1 second')).status,
       'not_owner',
@@ -240,17 +246,17 @@ describe('holder death and stall', { concurrency: true }, () => {
       held: true,
       owner: 'competitor',
       epoch: competitor.epoch,
-      expiresUs: competitor.expiresUs,
+      expiresAt: competitor.expiresAt,
     });
 
     // A TTL shorter than the statement itself: granted, and lapsed by the next call.
     const instant = await acquire(pool, 'short-ttl/instant', 'holder', '1 microsecond');
-    assert.deepEqual([instant.acquired, instant.epoch], [true, 1]);
+    assert.deepEqual([instant.acquired, instant.epoch], [true, 1n]);
     assert.equal((await inspect(pool, 'short-ttl/instant'))?.held, false);
     assert.equal(
       (await renew(pool, 'short-ttl/instant', 'holder', 1, '1 second')).status,
       'lapsed',
     );
-    assert.equal((await acquire(pool, 'short-ttl/instant', 'competitor', TTL)).epoch, 2);
+    assert.equal((await acquire(pool, 'short-ttl/instant', 'competitor', TTL)).epoch, 2n);
   });
 });

@@ -7,7 +7,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { acquire, inspect, release } from './support/lease-sql.js';
+import {
+  acquireTimed as acquire,
+  inspect,
+  releaseTimed as release,
+} from '../support/lease-calls.js';
 import { rejectsSomehow } from './support/sessions.js';
 
 describe('reinstall and databases', () => {
@@ -54,7 +58,7 @@ describe('reinstall and databases', () => {
       await release(pool, 'reinstall/cycled', `worker-${round}`, grant.epoch!);
     }
     await acquire(pool, 'reinstall/held', 'worker-a', '60 seconds');
-    assert.equal((await inspect(pool, 'reinstall/cycled'))?.epoch, 6);
+    assert.equal((await inspect(pool, 'reinstall/cycled'))?.epoch, 6n);
 
     assert.notDeepEqual(await relationsInLeaseSchema(), []);
     await pool.query('DROP EXTENSION pg_lease');
@@ -67,9 +71,9 @@ describe('reinstall and databases', () => {
     assert.equal(await inspect(pool, 'reinstall/cycled'), undefined);
     assert.equal(await inspect(pool, 'reinstall/held'), undefined);
     const fresh = await acquire(pool, 'reinstall/cycled', 'worker-b', '60 seconds');
-    assert.deepEqual([fresh.acquired, fresh.epoch], [true, 1]);
+    assert.deepEqual([fresh.acquired, fresh.epoch], [true, 1n]);
     const taken = await acquire(pool, 'reinstall/held', 'worker-b', '60 seconds');
-    assert.deepEqual([taken.acquired, taken.epoch], [true, 1]);
+    assert.deepEqual([taken.acquired, taken.epoch], [true, 1n]);
   });
 
   test('each database is its own lease namespace: the same key can be held in two databases at once', async () => {
@@ -77,6 +81,6 @@ describe('reinstall and databases', () => {
     const there = await acquire(other.pool, 'reinstall/shared-name', 'worker-b', '60 seconds');
     assert.equal(here.acquired, true);
     assert.equal(there.acquired, true);
-    assert.equal(there.epoch, 1);
+    assert.equal(there.epoch, 1n);
   });
 });

@@ -7,8 +7,14 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
-import type { PgCluster } from '../../src/testing/index.js';
-import { acquire, inspect, inspectAll, release, renew } from './support/lease-sql.js';
+import type { PgCluster } from 'pg-lease-testing';
+import {
+  acquireTimed as acquire,
+  inspect,
+  inspectAll,
+  releaseTimed as release,
+  renew,
+} from '../support/lease-calls.js';
 import {
   backendPid,
   connect,
@@ -57,11 +63,11 @@ describe('restart', () => {
     assert.deepEqual(before[0], {
       held: true,
       owner: 'worker-a',
-      epoch: 1,
-      expiresUs: renewed.expiresUs,
+      epoch: 1n,
+      expiresAt: renewed.expiresAt,
     });
-    assert.deepEqual(before[1], { held: false, owner: null, epoch: 2, expiresUs: null });
-    assert.deepEqual(before[2], { held: false, owner: null, epoch: 1, expiresUs: null });
+    assert.deepEqual(before[1], { held: false, owner: null, epoch: 2n, expiresAt: null });
+    assert.deepEqual(before[2], { held: false, owner: null, epoch: 1n, expiresAt: null });
     assert.equal(before[3], undefined);
 
     await cluster.restart();
@@ -73,9 +79,9 @@ describe('restart', () => {
     const again = await acquire(db, 'restart/held', 'worker-a', '60 seconds');
     assert.deepEqual(again, {
       acquired: true,
-      epoch: 1,
-      expiresUs: renewed.expiresUs,
-      grantedUs: again.grantedUs,
+      epoch: 1n,
+      expiresAt: renewed.expiresAt,
+      grantedAt: again.grantedAt,
     });
     assert.equal((await renew(db, 'restart/held', 'worker-a', 1, '60 seconds')).status, 'ok');
   });
@@ -97,15 +103,15 @@ describe('restart', () => {
       assert.deepEqual(await acquire(db, key, 'worker-b', '60 seconds'), {
         acquired: false,
         epoch: null,
-        expiresUs: null,
-        grantedUs: null,
+        expiresAt: null,
+        grantedAt: null,
       });
       const same = await acquire(db, key, 'worker-a', '60 seconds');
       assert.equal(same.epoch, grant.epoch);
-      assert.equal(same.expiresUs, grant.expiresUs);
+      assert.equal(same.expiresAt, grant.expiresAt);
       assert.equal((await renew(db, key, 'worker-a', grant.epoch!, '60 seconds')).status, 'ok');
       assert.equal((await release(db, key, 'worker-a', grant.epoch!)).status, 'ok');
-      assert.equal((await inspect(db, key))?.epoch, grant.epoch! + 1);
+      assert.equal((await inspect(db, key))?.epoch, grant.epoch! + 1n);
     });
   }
 
@@ -116,14 +122,14 @@ describe('restart', () => {
     assert.equal(grant.acquired, true);
 
     await cluster.stop('fast');
-    await sleepPastWhileDown(grant.expiresUs!);
+    await sleepPastWhileDown(grant.expiresAt!);
     await cluster.start();
     await reconnect();
 
     const takeover = await acquire(db, key, 'worker-b', '60 seconds');
     assert.equal(takeover.acquired, true, 'downtime extended the old lease');
-    assert.equal(takeover.epoch, grant.epoch! + 1);
-    assert.ok(takeover.grantedUs! >= grant.expiresUs!);
+    assert.equal(takeover.epoch, grant.epoch! + 1n);
+    assert.ok(takeover.grantedAt! >= grant.expiresAt!);
     assert.equal((await renew(db, key, 'worker-a', grant.epoch!, '1 second')).status, 'not_owner');
   });
 

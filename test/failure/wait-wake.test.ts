@@ -13,7 +13,7 @@ import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { performance } from 'node:perf_hooks';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { acquire, release } from './support/lease-sql.js';
+import { acquireTimed as acquire, releaseTimed as release } from '../support/lease-calls.js';
 import { backendPid, connect, disconnect, waitUntilWaiting } from './support/sessions.js';
 
 const ROUNDS = 30;
@@ -50,8 +50,8 @@ test(`a blocking acquire wakes within the ${POLL_INTERVAL_MS} ms poll interval (
       const wokeAt = performance.now();
 
       assert.equal(woke.acquired, true);
-      assert.equal(woke.epoch, grant.epoch! + 2);
-      serverMs.push(Number(woke.grantedUs! - released.atUs) / 1000);
+      assert.equal(woke.epoch, grant.epoch! + 2n);
+      serverMs.push(Number(woke.grantedAt! - released.at) / 1000);
       clientMs.push(wokeAt - releasedAt);
     }
 

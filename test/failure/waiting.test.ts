@@ -8,7 +8,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { acquire, inspect, release, renew, type AcquireResult } from './support/lease-sql.js';
+import {
+  acquireTimed as acquire,
+  inspect,
+  releaseTimed as release,
+  renew,
+  type TimedAcquired,
+} from '../support/lease-calls.js';
 import {
   assertNothingLeftBehind,
   backendPid,
@@ -39,7 +45,7 @@ describe('interrupted blocking acquire', { concurrency: true }, () => {
     interrupt: (
       waiter: pg.Client,
       waiterPid: number,
-      waiting: Promise<AcquireResult>,
+      waiting: Promise<TimedAcquired>,
     ) => Promise<void>,
     options: { wait?: string; setup?: (waiter: pg.Client) => Promise<void> } = {},
   ): Promise<void> {
@@ -66,7 +72,7 @@ describe('interrupted blocking acquire', { concurrency: true }, () => {
       assert.deepEqual(await inspect(pool, key), before);
       assert.equal((await renew(holder, key, 'holder', grant.epoch!, '60 seconds')).status, 'ok');
       assert.equal((await release(holder, key, 'holder', grant.epoch!)).status, 'ok');
-      assert.equal((await acquire(pool, key, 'next', '1 second')).epoch, grant.epoch! + 2);
+      assert.equal((await acquire(pool, key, 'next', '1 second')).epoch, grant.epoch! + 2n);
     } finally {
       await disconnect(holder, waiter);
     }

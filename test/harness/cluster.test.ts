@@ -3,10 +3,10 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { PgCluster, findInstallation } from '../../src/testing/index.js';
+import { PgCluster, findInstallation } from 'pg-lease-testing';
+import { waitFor } from '../support/helpers.js';
 
 const fixture = path.join(
   path.dirname(fileURLToPath(import.meta.url)),
@@ -20,18 +20,6 @@ function processAlive(pid: number): boolean {
     return true;
   } catch {
     return false;
-  }
-}
-
-async function waitUntil(
-  what: string,
-  condition: () => boolean,
-  timeoutMs = 30_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting until ${what}`);
-    await sleep(100);
   }
 }
 
@@ -147,8 +135,8 @@ describe('interrupted test runs leave nothing behind', () => {
       assert.ok(processAlive(pid));
 
       child.kill(signal);
-      await waitUntil('the server is gone', () => !processAlive(pid));
-      await waitUntil('the cluster files are gone', () => !fs.existsSync(baseDir));
+      await waitFor('the server is gone', () => !processAlive(pid), 30_000);
+      await waitFor('the cluster files are gone', () => !fs.existsSync(baseDir), 30_000);
     });
   }
 });

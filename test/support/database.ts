@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { PgCluster } from '../../src/testing/index.js';
+import { PgCluster } from 'pg-lease-testing';
 
 export interface TestDatabase {
   /** Connection string of the database (superuser). */

@@ -1,5 +1,7 @@
 /**
- * Typed calls of the pg_lease SQL API for tests, written from specs/SEMANTICS.md.
+ * Typed calls of the pg_lease SQL API for tests, written from specs/SEMANTICS.md: the one
+ * wrapper every suite uses (extension, failure, client), plain node-postgres as an application
+ * would call the SQL, never the package's client.
  *
  * Timestamps travel as microseconds since the Unix epoch (bigint), never as JS `Date`, so that
  * comparisons keep the server's full precision: `expires_at = now + ttl` can then be checked to
@@ -10,7 +12,10 @@ import pg from 'pg';
 
 /** Anything that runs a parameterised query: a pool, a client or an isolation session. */
 export interface Queryable {
-  query(text: string, values?: unknown[]): Promise<pg.QueryResult>;
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    text: string,
+    values?: unknown[],
+  ): Promise<pg.QueryResult<R>>;
 }
 
 /** A call of the API: its SQL, its parameters and how to read its result rows. */
@@ -166,6 +171,61 @@ export const release = (
 export const inspect = (db: Queryable, key: string | null): Promise<Inspected | undefined> =>
   run(db, inspectCall(key));
 
+/** An acquire with the server time of the granting statement (`expires_at - ttl`). */
+export interface TimedAcquired extends Acquired {
+  /** When the grant was made, in microseconds; null when not granted. */
+  grantedAt: bigint | null;
+}
+
+/** `lease.acquire`, also reporting when the grant was made by the server's clock. */
+export async function acquireTimed(
+  db: Queryable,
+  key: string,
+  owner: string,
+  ttl: string,
+  wait = '0',
+): Promise<TimedAcquired> {
+  const result = await db.query(
+    `SELECT a.acquired, a.epoch::text AS epoch, ${micros('a.expires_at')} AS expires_us,
+            ${micros('a.expires_at - $3::interval')} AS granted_us
+       FROM lease.acquire($1::text, $2::text, $3::interval, $4::interval) AS a`,
+    [key, owner, ttl, wait],
+  );
+  const row = oneRow(result, 'lease.acquire');
+  return {
+    acquired: row.acquired as boolean,
+    epoch: bigintOrNull(row.epoch),
+    expiresAt: bigintOrNull(row.expires_us),
+    grantedAt: row.acquired ? bigintOrNull(row.granted_us) : null,
+  };
+}
+
+/** `lease.release`, with the server clock read right after it in the same statement. */
+export async function releaseTimed(
+  db: Queryable,
+  key: string,
+  owner: string,
+  epoch: bigint,
+): Promise<Released & { at: bigint }> {
+  const result = await db.query(
+    `SELECT r.status, ${micros('clock_timestamp()')} AS at_us
+       FROM lease.release($1::text, $2::text, $3::bigint) AS r`,
+    [key, owner, String(epoch)],
+  );
+  const row = oneRow(result, 'lease.release');
+  return { status: row.status as string, at: BigInt(row.at_us as string) };
+}
+
+/** inspect of several keys, one after another on the same connection. */
+export async function inspectAll(
+  db: Queryable,
+  keys: string[],
+): Promise<(Inspected | undefined)[]> {
+  const states: (Inspected | undefined)[] = [];
+  for (const key of keys) states.push(await inspect(db, key));
+  return states;
+}
+
 /** The server clock (`clock_timestamp()`) in microseconds. */
 export async function serverNow(db: Queryable): Promise<bigint> {
   const { rows } = await db.query(`SELECT ${micros('clock_timestamp()')} AS now`);
@@ -234,13 +294,6 @@ export async function allRows(db: Queryable): Promise<unknown[]> {
        FROM ${table} ORDER BY key COLLATE "C"`,
   );
   return rows;
-}
-
-let keyCounter = 0;
-
-/** A key unique to this process and test, readable in failure output. */
-export function uniqueKey(label: string): string {
-  return `${label}:${process.pid}:${++keyCounter}:${Math.random().toString(36).slice(2, 8)}`;
 }
 
 /** The PostgreSQL error of a rejected promise (fails the test if it resolved). */

@@ -5,16 +5,20 @@
  * grant made while an earlier grant of the key was still confirmed to its holder.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { acquire, release, renew } from './lease-sql.js';
+import {
+  acquireTimed as acquire,
+  releaseTimed as release,
+  renew,
+} from '../../support/lease-calls.js';
 import { connect, disconnect } from './sessions.js';
 
 /** One grant as its holder saw it. Times are server times in microseconds. */
 export interface GrantRecord {
   key: string;
   owner: string;
-  epoch: number;
+  epoch: bigint;
   /** Server time of the granting statement. */
-  grantedUs: bigint;
+  grantedAt: bigint;
   /** Expiry the server last confirmed to the holder (by acquire or an `ok` renew). */
   confirmedUntilUs: bigint;
   /** The holder's release returned `ok`. */
@@ -86,7 +90,7 @@ async function runClient(options: LoadOptions, owner: string, result: LoadResult
       }
       const previous = latest.get(key);
       if (previous && previous.epoch === grant.epoch) {
-        if (previous.released || grant.expiresUs !== previous.confirmedUntilUs) {
+        if (previous.released || grant.expiresAt !== previous.confirmedUntilUs) {
           throw new Error(
             `re-acquire of ${key} by ${owner} returned epoch ${grant.epoch} with another expiry`,
           );
@@ -97,8 +101,8 @@ async function runClient(options: LoadOptions, owner: string, result: LoadResult
           key,
           owner,
           epoch: grant.epoch!,
-          grantedUs: grant.grantedUs!,
-          confirmedUntilUs: grant.expiresUs!,
+          grantedAt: grant.grantedAt!,
+          confirmedUntilUs: grant.expiresAt!,
           released: false,
           uncertain: false,
         };
@@ -111,7 +115,7 @@ async function runClient(options: LoadOptions, owner: string, result: LoadResult
         await sleep(Math.random() * 40);
         const renewed = await renew(db, key, owner, current.epoch, ttl);
         result.calls++;
-        if (renewed.status === 'ok') current.confirmedUntilUs = renewed.expiresUs!;
+        if (renewed.status === 'ok') current.confirmedUntilUs = renewed.expiresAt!;
         else valid = false;
       }
       if (valid && Math.random() < 0.6) {
@@ -148,7 +152,7 @@ export function findViolations(grants: GrantRecord[]): string[] {
     byKey.set(grant.key, list);
   }
   for (const [key, list] of byKey) {
-    list.sort((a, b) => a.epoch - b.epoch);
+    list.sort((a, b) => (a.epoch < b.epoch ? -1 : a.epoch > b.epoch ? 1 : 0));
     for (let i = 1; i < list.length; i++) {
       if (list[i]!.epoch === list[i - 1]!.epoch) {
         violations.push(
@@ -160,10 +164,10 @@ export function findViolations(grants: GrantRecord[]): string[] {
       if (earlier.released || earlier.uncertain) continue;
       for (const later of list) {
         if (later.epoch <= earlier.epoch) continue;
-        if (later.grantedUs < earlier.confirmedUntilUs) {
+        if (later.grantedAt < earlier.confirmedUntilUs) {
           violations.push(
             `${key}: ${later.owner} got epoch ${later.epoch} ` +
-              `${earlier.confirmedUntilUs - later.grantedUs} us before ${earlier.owner}'s ` +
+              `${earlier.confirmedUntilUs - later.grantedAt} us before ${earlier.owner}'s ` +
               `epoch ${earlier.epoch} expired`,
           );
         }
@@ -177,11 +181,12 @@ export function findViolations(grants: GrantRecord[]): string[] {
  * Per key, the least epoch the server must report from now on: the greatest epoch any client
  * was granted, or that epoch + 1 when its holder's release was confirmed.
  */
-export function committedWatermarks(grants: GrantRecord[]): Map<string, number> {
-  const watermarks = new Map<string, number>();
+export function committedWatermarks(grants: GrantRecord[]): Map<string, bigint> {
+  const watermarks = new Map<string, bigint>();
   for (const grant of grants) {
-    const floor = grant.released ? grant.epoch + 1 : grant.epoch;
-    watermarks.set(grant.key, Math.max(watermarks.get(grant.key) ?? 0, floor));
+    const floor = grant.released ? grant.epoch + 1n : grant.epoch;
+    const seen = watermarks.get(grant.key) ?? 0n;
+    watermarks.set(grant.key, floor > seen ? floor : seen);
   }
   return watermarks;
 }
@@ -190,7 +195,7 @@ export function committedWatermarks(grants: GrantRecord[]): Map<string, number> 
 export function countTakeovers(grants: GrantRecord[]): number {
   const byKeyAndEpoch = new Map(grants.map((g) => [`${g.key}\u0000${g.epoch}`, g]));
   return grants.filter((g) => {
-    const earlier = byKeyAndEpoch.get(`${g.key}\u0000${g.epoch - 1}`);
+    const earlier = byKeyAndEpoch.get(`${g.key}\u0000${g.epoch - 1n}`);
     return earlier !== undefined && !earlier.released && !earlier.uncertain;
   }).length;
 }

@@ -5,8 +5,9 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { PgCluster } from '../../../src/testing/index.js';
-import { serverNowUs, type Queryable } from './lease-sql.js';
+import { PgCluster } from 'pg-lease-testing';
+import { waitFor } from '../../support/helpers.js';
+import { serverNow, type Queryable } from '../../support/lease-calls.js';
 
 /** Settings for the clusters of durability checks: every commit really reaches the disk. */
 export const DURABLE_SETTINGS = {
@@ -105,7 +106,7 @@ export async function assertNothingLeftBehind(
 
 /** Waits until the backend is inside a blocking `lease.acquire` that has been running a while. */
 export async function waitUntilWaiting(admin: Queryable, pid: number, forMs = 150): Promise<void> {
-  await waitUntil(`backend ${pid} waits in lease.acquire`, async () => {
+  await waitFor(`backend ${pid} waits in lease.acquire`, async () => {
     const { rows } = await admin.query(
       `SELECT 1 FROM pg_stat_activity
         WHERE pid = $1 AND state = 'active' AND query LIKE '%lease.acquire%'
@@ -118,22 +119,10 @@ export async function waitUntilWaiting(admin: Queryable, pid: number, forMs = 15
 
 /** Waits until pg_stat_activity no longer lists the backend. */
 export async function waitUntilBackendGone(admin: Queryable, pid: number): Promise<void> {
-  await waitUntil(`backend ${pid} exits`, async () => {
+  await waitFor(`backend ${pid} exits`, async () => {
     const { rows } = await admin.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid]);
     return rows.length === 0;
   });
-}
-
-export async function waitUntil(
-  what: string,
-  condition: () => boolean | Promise<boolean>,
-  timeoutMs = 20_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting until ${what}`);
-    await sleep(25);
-  }
 }
 
 /** Sleeps until the server's clock has passed `targetUs` (plus `marginMs`). */
@@ -143,7 +132,7 @@ export async function sleepUntilServerTime(
   marginMs = 50,
 ): Promise<void> {
   for (;;) {
-    const remainingMs = Number(targetUs - (await serverNowUs(db))) / 1000;
+    const remainingMs = Number(targetUs - (await serverNow(db))) / 1000;
     if (remainingMs < 0) break;
     await sleep(remainingMs + marginMs);
   }

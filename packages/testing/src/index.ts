@@ -1,0 +1,22 @@
+/**
+ * pg-lease-testing: throwaway PostgreSQL clusters with pg_lease installed.
+ *
+ * @example
+ * import { PgCluster } from 'pg-lease-testing';
+ * await using cluster = await PgCluster.start();
+ * const url = await cluster.createDatabase();
+ */
+export { PgCluster, type ClusterOptions, type StopMode } from './cluster.js';
+export {
+  DEFAULT_MAJOR,
+  EMBEDDED_VERSIONS,
+  PACKAGE_ROOT,
+  extensionFiles,
+  SUPPORTED_MAJORS,
+  findInstallation,
+  findSystemPgConfig,
+  missingBinariesMessage,
+  stageInstallation,
+  type InstallationRequest,
+  type PgInstallation,
+} from './installation.js';

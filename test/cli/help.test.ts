@@ -1,0 +1,36 @@
+/**
+ * Help text has one home, src/cli/help.ts: `pg-lease --help`, every `pg-lease <command> --help`
+ * and the reference section of docs/cli.md are rendered from it.
+ */
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import { describe, test } from 'node:test';
+import { COMMAND_HELP, commandHelp, usage } from '../../src/cli/help.js';
+import { CLI_DOC, renderedCliDoc } from '../../scripts/cli-doc.js';
+import { runCli } from './helpers.js';
+
+describe('help text', () => {
+  test('pg-lease --help is the table rendered, and lists every command', async () => {
+    const result = await runCli(['--help']);
+    assert.equal(result.code, 0);
+    assert.equal(result.stdout, `${usage()}\n`);
+    for (const { name } of COMMAND_HELP)
+      assert.match(result.stdout, new RegExp(`^  ${name} `, 'm'));
+  });
+
+  test('every command answers --help with its row of the table', async () => {
+    for (const { name } of COMMAND_HELP) {
+      const result = await runCli([name, '--help']);
+      assert.equal(result.code, 0, `${name}: ${result.stderr}`);
+      assert.equal(result.stdout, `${commandHelp(name)}\n`, name);
+    }
+  });
+
+  test('docs/cli.md carries the same text (node dist/scripts/cli-doc.js rewrites it)', () => {
+    const current = fs.readFileSync(CLI_DOC, 'utf8');
+    assert.ok(
+      renderedCliDoc(current) === current,
+      'docs/cli.md is out of date with src/cli/help.ts; run node dist/scripts/cli-doc.js',
+    );
+  });
+});

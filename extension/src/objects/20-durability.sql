@@ -38,13 +38,13 @@ CREATE OR REPLACE FUNCTION lease._durable_commit()
     VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $function$
-DECLARE
-    v_setting CONSTANT text := pg_catalog.current_setting('synchronous_commit');
 BEGIN
-    IF v_setting = 'off'
-       OR (v_setting IN ('local', 'remote_write')
-           AND pg_catalog.current_setting('synchronous_standby_names') <> '') THEN
-        PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+    -- The common case ('on') costs this one test.
+    IF pg_catalog.current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
+        IF pg_catalog.current_setting('synchronous_commit') = 'off'
+           OR pg_catalog.current_setting('synchronous_standby_names') <> '' THEN
+            PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+        END IF;
     END IF;
     RETURN NULL;
 END;

@@ -110,7 +110,12 @@ export async function installPgLease(
   database: pg.ClientBase,
   options: { fromBundle?: boolean } = {},
 ): Promise<InstallResult> {
-  const existing = await installedPgLease(database);
+  const existing = await findPgLease(database);
+  if (existing?.method === 'bundle' && !existing.mine)
+    throw new Error(
+      `pg_lease: schema lease holds a bundle install owned by role ${existing.owner}; ` +
+        `connect as that role to install or update it`,
+    );
   if (existing) return updatePgLease(database, existing);
   if (!options.fromBundle) {
     await database.query('CREATE EXTENSION pg_lease');
@@ -145,7 +150,7 @@ async function updatePgLease(
   }
   const order = compareVersions(existing.version, target);
   if (order > 0) throw new PgLeaseDowngradeError(existing.version, target);
-  if (order === 0) return { ...existing, created: false };
+  if (order === 0) return { version: existing.version, method: existing.method, created: false };
   if (existing.method === 'extension') {
     await database.query(`ALTER EXTENSION pg_lease UPDATE TO ${pg.escapeLiteral(target)}`);
   } else {
@@ -188,18 +193,52 @@ async function markBundle(database: pg.ClientBase, version: string): Promise<voi
 export async function installedPgLease(
   database: pg.ClientBase,
 ): Promise<{ version: string; method: InstallMethod } | null> {
-  const { rows } = await database.query<{ extversion: string | null; comment: string | null }>(
+  const found = await findPgLease(database);
+  return found && { version: found.version, method: found.method };
+}
+
+/**
+ * What {@link installedPgLease} reports, plus for a bundle install the owner of schema lease
+ * and whether the connection's role is that owner. A bundle install is marked only by the
+ * schema's comment, which any role that could make schema lease could also write: so a bundle
+ * counts as pg_lease's only when its schema and every function in it belong to one role.
+ */
+async function findPgLease(
+  database: pg.ClientBase,
+): Promise<{ version: string; method: InstallMethod; owner?: string; mine?: boolean } | null> {
+  const { rows } = await database.query<{
+    extversion: string | null;
+    comment: string | null;
+    owner: string | null;
+    mine: boolean | null;
+    consistent: boolean | null;
+  }>(
     `SELECT (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_lease') AS extversion,
-            (SELECT pg_catalog.obj_description(oid, 'pg_namespace')
-               FROM pg_catalog.pg_namespace WHERE nspname = 'lease') AS comment`,
+            pg_catalog.obj_description(n.oid, 'pg_namespace') AS comment,
+            n.nspowner::pg_catalog.regrole::text AS owner,
+            n.nspowner = current_user::pg_catalog.regrole AS mine,
+            NOT EXISTS (SELECT FROM pg_catalog.pg_proc AS p
+                         WHERE p.pronamespace = n.oid AND p.proowner <> n.nspowner)
+            AND NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c
+                             WHERE c.relnamespace = n.oid AND c.relowner <> n.nspowner) AS consistent
+       FROM (SELECT 1) AS one
+       LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = 'lease'`,
   );
-  const { extversion, comment } = rows[0]!;
+  const { extversion, comment, owner, mine, consistent } = rows[0]!;
   if (extversion) return { version: extversion, method: 'extension' };
-  if (comment?.startsWith(BUNDLE_COMMENT_PREFIX) && comment.endsWith(BUNDLE_COMMENT_SUFFIX))
+  if (comment?.startsWith(BUNDLE_COMMENT_PREFIX) && comment.endsWith(BUNDLE_COMMENT_SUFFIX)) {
+    if (!consistent)
+      throw new Error(
+        `pg_lease: schema lease says it holds a bundle install, but not all of its objects belong ` +
+          `to its owner ${owner}; it is not pg_lease's, and nothing was done`,
+      );
     return {
       version: comment.slice(BUNDLE_COMMENT_PREFIX.length, -BUNDLE_COMMENT_SUFFIX.length),
       method: 'bundle',
+      owner: owner!,
+      mine: mine!,
     };
+  }
   return null;
 }
 

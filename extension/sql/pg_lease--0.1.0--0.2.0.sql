@@ -30,20 +30,27 @@
  *      made beforehand may carry GRANT CREATE ... TO PUBLIC).  Only USAGE
  *      is granted back, to PUBLIC.
  *   3. Nothing foreign.  An object in schema lease that is not part of this
- *      extension (an overload of an internal helper, an operator, a type,
- *      anything in any catalog that has a namespace) could capture a
- *      qualified reference below or make one ambiguous.  The guard looks
- *      for one in every such catalog and refuses to go on, naming them.
- *      "Part of the extension" means a member of it, or an object a member
- *      owns internally (the table's row type and index).  A bundle install,
+ *      extension (an overload of an internal helper or of an API function,
+ *      an operator, a type, anything in any catalog that has a namespace)
+ *      could capture a qualified reference below, or a caller's call, or
+ *      make one ambiguous.  The guard looks for one in every such catalog
+ *      and refuses to go on, naming them.  "Part of the extension" means a
+ *      member of it, or an object a member owns internally (the table's row
+ *      type and index), and in either case owned by the role running the
+ *      script: the extension's owner, who is the installing role, may add
+ *      objects of its own to the extension (ALTER EXTENSION ... ADD), and a
+ *      CREATE OR REPLACE below would keep their owner.  A bundle install,
  *      which has no extension, counts what the installing role owns.
+ *   4. Nobody creating unseen.  The check sees committed objects and this
+ *      transaction's own.  An object that another session creates in a
+ *      transaction still open would appear after it, in a schema taken to
+ *      be safe.  So a schema lease that this transaction did not create is
+ *      accepted only when no role but superusers (and, for a bundle, the
+ *      installing role itself) owns it or may create in it: for instance
+ *      the empty schema DROP EXTENSION leaves behind.  Anything else is
+ *      refused with a HINT; a script cannot wait for other sessions.
  *
- * Left open: a role that still held CREATE on a pre-existing schema lease
- * and created an object in a transaction that commits after this script
- * checked.  The object cannot run as superuser (every call below passes the
- * exact argument types), but an overload can make calls ambiguous; running
- * the check again (ALTER EXTENSION pg_lease UPDATE is refused while it
- * exists) or DROP of the object mends it.
+ * After the guard, only the schema's owner can create objects in lease.
  */
 SET LOCAL search_path = pg_catalog, pg_temp;
 
@@ -51,12 +58,47 @@ DO $guard$
 DECLARE
     v_schema  oid := (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'lease');
     v_ext     oid := (SELECT e.oid FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pg_lease');
+    v_xmin    xid := (SELECT n.xmin FROM pg_catalog.pg_namespace AS n WHERE n.oid = v_schema);
+    v_top     xid8 := pg_catalog.pg_current_xact_id();
     v_grantee oid;
     v_foreign text;
 BEGIN
     IF v_schema IS NULL THEN
         RAISE EXCEPTION 'pg_lease: schema lease does not exist'
             USING ERRCODE = 'invalid_schema_name';
+    END IF;
+
+    -- 4. A schema made before this transaction (its row's xmin is neither
+    -- this transaction nor, being newer than it and still in progress, one
+    -- of its subtransactions) must be closed to all but trusted roles.
+    IF v_xmin <> pg_catalog.xid(v_top)
+       AND NOT (pg_catalog.age(v_xmin) < 0
+                AND pg_catalog.pg_xact_status(
+                        (((v_top::text::bigint >> 32) << 32) + v_xmin::text::bigint)::text::xid8)
+                    = 'in progress') THEN
+        SELECT pg_catalog.string_agg(DISTINCT c.name, ', ')
+          INTO v_foreign
+          FROM (SELECT r.rolname::text AS name, r.rolsuper
+                  FROM pg_catalog.pg_namespace AS n
+                  JOIN pg_catalog.pg_roles AS r ON r.oid = n.nspowner
+                 WHERE n.oid = v_schema
+                UNION ALL
+                SELECT CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE r.rolname::text END,
+                       coalesce(r.rolsuper, false)
+                  FROM pg_catalog.pg_namespace AS n
+                  CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) AS a
+                  LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = a.grantee
+                 WHERE n.oid = v_schema AND a.privilege_type = 'CREATE') AS c
+         WHERE NOT c.rolsuper
+           AND c.name <> current_user::text;
+        IF v_foreign IS NOT NULL THEN
+            RAISE EXCEPTION 'pg_lease: schema lease existed before and is open to roles that are not superusers'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'These roles own it or may create objects in it: ' || v_foreign || '.',
+                      HINT = 'When pg_lease is not installed, drop schema lease and let CREATE EXTENSION make it. '
+                          || 'Otherwise give it to a superuser, revoke CREATE from those roles, make sure none of '
+                          || 'their sessions is still in a transaction, and try again.';
+        END IF;
     END IF;
 
     -- 2. Take the schema over and close it.
@@ -126,13 +168,33 @@ BEGIN
         UNION ALL
         SELECT 'pg_catalog.pg_ts_template'::pg_catalog.regclass, t.oid, NULL::oid
           FROM pg_catalog.pg_ts_template AS t WHERE t.tmplnamespace = v_schema
+        UNION
+        -- Members outside the schema: the owner check below applies to them.
+        SELECT d.classid, d.objid,
+               CASE d.classid
+                   WHEN 'pg_catalog.pg_proc'::pg_catalog.regclass
+                       THEN (SELECT p.proowner FROM pg_catalog.pg_proc AS p WHERE p.oid = d.objid)
+                   WHEN 'pg_catalog.pg_class'::pg_catalog.regclass
+                       THEN (SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = d.objid)
+                   WHEN 'pg_catalog.pg_type'::pg_catalog.regclass
+                       THEN (SELECT t.typowner FROM pg_catalog.pg_type AS t WHERE t.oid = d.objid)
+                   WHEN 'pg_catalog.pg_operator'::pg_catalog.regclass
+                       THEN (SELECT o.oprowner FROM pg_catalog.pg_operator AS o WHERE o.oid = d.objid)
+                   WHEN 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                       THEN (SELECT n.nspowner FROM pg_catalog.pg_namespace AS n WHERE n.oid = d.objid)
+               END
+          FROM pg_catalog.pg_depend AS d
+         WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid = v_ext
+           AND d.deptype = 'e'
     )
     SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(p.classid, p.objid, 0), ', '
                                  ORDER BY pg_catalog.pg_describe_object(p.classid, p.objid, 0))
       INTO v_foreign
       FROM present AS p
-     WHERE NOT EXISTS (SELECT FROM ours AS o WHERE o.classid = p.classid AND o.objid = p.objid)
-       AND (v_ext IS NOT NULL OR p.owner IS DISTINCT FROM current_user::pg_catalog.regrole::oid);
+     WHERE (v_ext IS NOT NULL
+            AND NOT EXISTS (SELECT FROM ours AS o WHERE o.classid = p.classid AND o.objid = p.objid))
+        OR p.owner IS DISTINCT FROM current_user::pg_catalog.regrole::oid;
 
     IF v_foreign IS NOT NULL THEN
         RAISE EXCEPTION 'pg_lease: schema lease holds objects that are not part of pg_lease'
@@ -996,7 +1058,10 @@ COMMENT ON FUNCTION lease.inspect(text) IS
  * An owner is a name the caller chooses; by default any role that may call
  * the API may renew or release any owner's lease.  An installation that
  * wants more can bind owners to roles: then a grant, renewal or release
- * for owner O is accepted only from a role that is a member of O's role,
+ * for owner O is accepted only from a role that has the privileges of O's
+ * role (pg_has_role USAGE: a member that inherits them, or one that has
+ * SET ROLE to it; a membership granted WITH INHERIT FALSE, SET FALSE on
+ * PostgreSQL 16+ does not count),
  * which is O up to its first '/' (so 'billing/worker-7' belongs to role
  * billing, and 'billing' alone too).  The calling role is the one the
  * session acts as: SET ROLE's role if set, else the session user (inside
@@ -1026,7 +1091,7 @@ BEGIN
     END IF;
     v_role := pg_catalog.split_part(v_owner, '/', 1);
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_role)
-       OR NOT pg_catalog.pg_has_role(v_caller, v_role, 'MEMBER') THEN
+       OR NOT pg_catalog.pg_has_role(v_caller, v_role, 'USAGE') THEN
         RAISE EXCEPTION 'pg_lease: owner "%" is not bound to role %', v_owner, v_caller
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = pg_catalog.format(
@@ -1076,7 +1141,7 @@ BEGIN
                    v_caller,
                    (SELECT d.datdba FROM pg_catalog.pg_database AS d
                      WHERE d.datname = pg_catalog.current_database()),
-                   'MEMBER')
+                   'USAGE')
            AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_caller) THEN
             RAISE EXCEPTION 'pg_lease: only the database owner may change the owner binding'
                 USING ERRCODE = 'insufficient_privilege',
@@ -1100,3 +1165,41 @@ $function$;
 COMMENT ON FUNCTION lease.bind_owners(boolean) IS
     'bind_owners(enabled => NULL): with true, owner "<role>/..." or "<role>" may only be granted, renewed or released by members of that role; '
     'false turns it off; NULL reports; database owner or superuser only';
+
+/*
+ * Privileges, last in every script (§1, §10).  Each object above revokes
+ * PUBLIC's rights where it must, but that is not all an object can carry:
+ * default privileges (ALTER DEFAULT PRIVILEGES, by a superuser for its own
+ * objects, or by the installing role in a bundle install) add grants when
+ * an object is created, and a 0.1.0 installation may hold grants made
+ * since.  So every relation and function in schema lease ends with exactly
+ * these: its owner's, and EXECUTE for PUBLIC on the API (the functions
+ * whose names do not start with "_"); nobody may read or write the table
+ * directly.  A fresh install and an update therefore end alike.
+ */
+DO $privileges$
+DECLARE
+    v_object record;
+BEGIN
+    FOR v_object IN
+        SELECT 'TABLE ' || c.oid::pg_catalog.regclass::text AS name,
+               CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END AS grantee
+          FROM pg_catalog.pg_class AS c
+          CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) AS a
+         WHERE c.relnamespace = 'lease'::pg_catalog.regnamespace
+           AND c.relkind IN ('r', 'v', 'm', 'S', 'f', 'p')
+           AND a.grantee <> c.relowner
+        UNION
+        SELECT 'FUNCTION ' || p.oid::pg_catalog.regprocedure::text,
+               CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END
+          FROM pg_catalog.pg_proc AS p
+          CROSS JOIN LATERAL pg_catalog.aclexplode(
+                   COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))) AS a
+         WHERE p.pronamespace = 'lease'::pg_catalog.regnamespace
+           AND a.grantee <> p.proowner
+           AND NOT (a.grantee = 0 AND a.privilege_type = 'EXECUTE' AND p.proname !~ '^_')
+    LOOP
+        EXECUTE 'REVOKE ALL ON ' || v_object.name || ' FROM ' || v_object.grantee || ' CASCADE';
+    END LOOP;
+END
+$privileges$;

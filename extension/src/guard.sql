@@ -24,20 +24,27 @@
  *      made beforehand may carry GRANT CREATE ... TO PUBLIC).  Only USAGE
  *      is granted back, to PUBLIC.
  *   3. Nothing foreign.  An object in schema lease that is not part of this
- *      extension (an overload of an internal helper, an operator, a type,
- *      anything in any catalog that has a namespace) could capture a
- *      qualified reference below or make one ambiguous.  The guard looks
- *      for one in every such catalog and refuses to go on, naming them.
- *      "Part of the extension" means a member of it, or an object a member
- *      owns internally (the table's row type and index).  A bundle install,
+ *      extension (an overload of an internal helper or of an API function,
+ *      an operator, a type, anything in any catalog that has a namespace)
+ *      could capture a qualified reference below, or a caller's call, or
+ *      make one ambiguous.  The guard looks for one in every such catalog
+ *      and refuses to go on, naming them.  "Part of the extension" means a
+ *      member of it, or an object a member owns internally (the table's row
+ *      type and index), and in either case owned by the role running the
+ *      script: the extension's owner, who is the installing role, may add
+ *      objects of its own to the extension (ALTER EXTENSION ... ADD), and a
+ *      CREATE OR REPLACE below would keep their owner.  A bundle install,
  *      which has no extension, counts what the installing role owns.
+ *   4. Nobody creating unseen.  The check sees committed objects and this
+ *      transaction's own.  An object that another session creates in a
+ *      transaction still open would appear after it, in a schema taken to
+ *      be safe.  So a schema lease that this transaction did not create is
+ *      accepted only when no role but superusers (and, for a bundle, the
+ *      installing role itself) owns it or may create in it: for instance
+ *      the empty schema DROP EXTENSION leaves behind.  Anything else is
+ *      refused with a HINT; a script cannot wait for other sessions.
  *
- * Left open: a role that still held CREATE on a pre-existing schema lease
- * and created an object in a transaction that commits after this script
- * checked.  The object cannot run as superuser (every call below passes the
- * exact argument types), but an overload can make calls ambiguous; running
- * the check again (ALTER EXTENSION pg_lease UPDATE is refused while it
- * exists) or DROP of the object mends it.
+ * After the guard, only the schema's owner can create objects in lease.
  */
 SET LOCAL search_path = pg_catalog, pg_temp;
 
@@ -45,12 +52,47 @@ DO $guard$
 DECLARE
     v_schema  oid := (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'lease');
     v_ext     oid := (SELECT e.oid FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pg_lease');
+    v_xmin    xid := (SELECT n.xmin FROM pg_catalog.pg_namespace AS n WHERE n.oid = v_schema);
+    v_top     xid8 := pg_catalog.pg_current_xact_id();
     v_grantee oid;
     v_foreign text;
 BEGIN
     IF v_schema IS NULL THEN
         RAISE EXCEPTION 'pg_lease: schema lease does not exist'
             USING ERRCODE = 'invalid_schema_name';
+    END IF;
+
+    -- 4. A schema made before this transaction (its row's xmin is neither
+    -- this transaction nor, being newer than it and still in progress, one
+    -- of its subtransactions) must be closed to all but trusted roles.
+    IF v_xmin <> pg_catalog.xid(v_top)
+       AND NOT (pg_catalog.age(v_xmin) < 0
+                AND pg_catalog.pg_xact_status(
+                        (((v_top::text::bigint >> 32) << 32) + v_xmin::text::bigint)::text::xid8)
+                    = 'in progress') THEN
+        SELECT pg_catalog.string_agg(DISTINCT c.name, ', ')
+          INTO v_foreign
+          FROM (SELECT r.rolname::text AS name, r.rolsuper
+                  FROM pg_catalog.pg_namespace AS n
+                  JOIN pg_catalog.pg_roles AS r ON r.oid = n.nspowner
+                 WHERE n.oid = v_schema
+                UNION ALL
+                SELECT CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE r.rolname::text END,
+                       coalesce(r.rolsuper, false)
+                  FROM pg_catalog.pg_namespace AS n
+                  CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) AS a
+                  LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = a.grantee
+                 WHERE n.oid = v_schema AND a.privilege_type = 'CREATE') AS c
+         WHERE NOT c.rolsuper
+           AND c.name <> current_user::text;
+        IF v_foreign IS NOT NULL THEN
+            RAISE EXCEPTION 'pg_lease: schema lease existed before and is open to roles that are not superusers'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'These roles own it or may create objects in it: ' || v_foreign || '.',
+                      HINT = 'When pg_lease is not installed, drop schema lease and let CREATE EXTENSION make it. '
+                          || 'Otherwise give it to a superuser, revoke CREATE from those roles, make sure none of '
+                          || 'their sessions is still in a transaction, and try again.';
+        END IF;
     END IF;
 
     -- 2. Take the schema over and close it.
@@ -120,13 +162,33 @@ BEGIN
         UNION ALL
         SELECT 'pg_catalog.pg_ts_template'::pg_catalog.regclass, t.oid, NULL::oid
           FROM pg_catalog.pg_ts_template AS t WHERE t.tmplnamespace = v_schema
+        UNION
+        -- Members outside the schema: the owner check below applies to them.
+        SELECT d.classid, d.objid,
+               CASE d.classid
+                   WHEN 'pg_catalog.pg_proc'::pg_catalog.regclass
+                       THEN (SELECT p.proowner FROM pg_catalog.pg_proc AS p WHERE p.oid = d.objid)
+                   WHEN 'pg_catalog.pg_class'::pg_catalog.regclass
+                       THEN (SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = d.objid)
+                   WHEN 'pg_catalog.pg_type'::pg_catalog.regclass
+                       THEN (SELECT t.typowner FROM pg_catalog.pg_type AS t WHERE t.oid = d.objid)
+                   WHEN 'pg_catalog.pg_operator'::pg_catalog.regclass
+                       THEN (SELECT o.oprowner FROM pg_catalog.pg_operator AS o WHERE o.oid = d.objid)
+                   WHEN 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                       THEN (SELECT n.nspowner FROM pg_catalog.pg_namespace AS n WHERE n.oid = d.objid)
+               END
+          FROM pg_catalog.pg_depend AS d
+         WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid = v_ext
+           AND d.deptype = 'e'
     )
     SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(p.classid, p.objid, 0), ', '
                                  ORDER BY pg_catalog.pg_describe_object(p.classid, p.objid, 0))
       INTO v_foreign
       FROM present AS p
-     WHERE NOT EXISTS (SELECT FROM ours AS o WHERE o.classid = p.classid AND o.objid = p.objid)
-       AND (v_ext IS NOT NULL OR p.owner IS DISTINCT FROM current_user::pg_catalog.regrole::oid);
+     WHERE (v_ext IS NOT NULL
+            AND NOT EXISTS (SELECT FROM ours AS o WHERE o.classid = p.classid AND o.objid = p.objid))
+        OR p.owner IS DISTINCT FROM current_user::pg_catalog.regrole::oid;
 
     IF v_foreign IS NOT NULL THEN
         RAISE EXCEPTION 'pg_lease: schema lease holds objects that are not part of pg_lease'

@@ -6,6 +6,7 @@ import pg from 'pg';
 import { LeaseClient } from '../../src/index.js';
 import { PACKAGE_ROOT } from 'pg-lease-testing';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { createRole } from '../support/roles.js';
 
 import { parseJson, runCli } from './helpers.js';
 
@@ -185,6 +186,40 @@ describe('pg-lease install', () => {
       );
     } finally {
       await newer.close();
+    }
+  });
+
+  test('a schema lease made by another role and labelled as a bundle install is not taken for pg_lease', async () => {
+    const forged = await createTestDatabase({ extension: false });
+    const mallory = await createRole(forged, 'GRANT CREATE ON DATABASE %D TO %I');
+    try {
+      const client = await mallory.connect();
+      await client.query(`CREATE SCHEMA lease;
+        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.0 (installed from the pg-lease npm bundle)';
+        GRANT USAGE ON SCHEMA lease TO PUBLIC;
+        CREATE FUNCTION lease.acquire(p_key text, p_owner text, p_ttl interval, p_wait interval DEFAULT '0')
+          RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
+          LANGUAGE sql AS $$ SELECT true, 1::bigint, now() + p_ttl $$`);
+      for (const args of [['--from-bundle'], []]) {
+        const result = await runCli(['install', '--url', forged.url, ...args]);
+        assert.equal(result.code, 1, result.stdout);
+        assert.match(result.stderr, new RegExp(`bundle install owned by role ${mallory.name}`));
+      }
+      // The same, made by the installing role itself but with a function of another role in it.
+      await client.query('DROP SCHEMA lease CASCADE');
+      await forged.pool.query(`CREATE SCHEMA lease;
+        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.0 (installed from the pg-lease npm bundle)';
+        GRANT CREATE, USAGE ON SCHEMA lease TO ${mallory.name}`);
+      await client.query(
+        `CREATE FUNCTION lease.inspect(p_key text) RETURNS boolean LANGUAGE sql AS 'SELECT true'`,
+      );
+      const mixed = await runCli(['install', '--url', forged.url, '--from-bundle']);
+      assert.equal(mixed.code, 1);
+      assert.match(mixed.stderr, /not all of its objects belong to its owner/);
+    } finally {
+      await forged.pool.query('DROP SCHEMA IF EXISTS lease CASCADE');
+      await mallory.drop();
+      await forged.close();
     }
   });
 });

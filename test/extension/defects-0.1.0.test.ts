@@ -42,9 +42,15 @@ async function freshDatabase(owner?: string): Promise<{ name: string; url: strin
 }
 
 async function connect(url: string, user?: string): Promise<pg.Client> {
-  const client = new pg.Client({ connectionString: url, ...(user ? { user } : {}) });
+  const target = new URL(url);
+  if (user) target.username = user;
+  const client = new pg.Client({ connectionString: target.toString() });
   client.on('error', () => undefined);
   await client.connect();
+  if (user) {
+    const { rows } = await client.query('SELECT current_user AS u');
+    assert.equal(rows[0].u, user);
+  }
   return client;
 }
 
@@ -96,8 +102,8 @@ describe('1. objects planted in schema lease cannot steer the superuser install'
           assert.equal(rows[0]!.rolsuper, false);
           assert.ok(installed instanceof Error);
           assert.equal(installed.code, '55000');
-          assert.match(installed.message, /schema lease holds objects that are not part of pg_lease/);
-          assert.match(installed.detail ?? '', /operator lease\.=\(oid,regnamespace\)/);
+          assert.match(installed.message, /schema lease existed before and is open/);
+          assert.match(installed.detail ?? '', new RegExp(role));
         }
       } finally {
         await installer.end();
@@ -106,7 +112,29 @@ describe('1. objects planted in schema lease cannot steer the superuser install'
     });
   }
 
-  test('an update refuses a schema lease that holds an object planted under 0.1.0, before running anything else', async () => {
+  test('0.2.0: the same plant made in the installing transaction itself is found and refused', async () => {
+    const role = 'installer_same_xact';
+    await cluster.query(`CREATE ROLE ${role} LOGIN`);
+    const { url } = await freshDatabase(role);
+    const installer = await connect(url, role);
+    try {
+      await installer.query('BEGIN');
+      await installer.query(plant(role));
+      await assert.rejects(installer.query('CREATE EXTENSION pg_lease'), (error: pg.DatabaseError) => {
+        assert.equal(error.code, '55000');
+        assert.match(error.message, /schema lease holds objects that are not part of pg_lease/);
+        assert.match(error.detail ?? '', /operator lease\.=\(oid,regnamespace\)/);
+        return true;
+      });
+      await installer.query('ROLLBACK');
+      const { rows } = await cluster.query(`SELECT rolsuper FROM pg_roles WHERE rolname = $1`, [role]);
+      assert.equal(rows[0]!.rolsuper, false);
+    } finally {
+      await installer.end();
+    }
+  });
+
+  test('an update refuses a schema lease that others may create in, then one that holds an object planted under 0.1.0', async () => {
     const { url } = await freshDatabase();
     const admin = await connect(url);
     try {
@@ -117,14 +145,26 @@ describe('1. objects planted in schema lease cannot steer the superuser install'
       await planter.query(`CREATE FUNCTION lease._validate(text, text, text, bigint, interval, interval, integer DEFAULT 0)
                              RETURNS void LANGUAGE sql AS 'SELECT'`);
       await planter.end();
+      // Open to PUBLIC: refused before anything else, since a session may be creating unseen.
       await assert.rejects(admin.query('ALTER EXTENSION pg_lease UPDATE'), (error: pg.DatabaseError) => {
         assert.equal(error.code, '55000');
-        assert.match(error.detail ?? '', /function lease\._validate\(text,text,text,bigint,interval,interval,integer\)/);
+        assert.match(error.message, /existed before and is open to roles that are not superusers/);
+        assert.match(error.detail ?? '', /PUBLIC/);
+        return true;
+      });
+      // Closed: the planted overload is named.
+      await admin.query('REVOKE CREATE ON SCHEMA lease FROM PUBLIC');
+      await assert.rejects(admin.query('ALTER EXTENSION pg_lease UPDATE'), (error: pg.DatabaseError) => {
+        assert.equal(error.code, '55000');
+        assert.match(
+          error.detail ?? '',
+          /function lease\._validate\(text,text,text,bigint,interval,interval,integer\)/,
+        );
         return true;
       });
       const { rows } = await admin.query(`SELECT extversion FROM pg_extension WHERE extname = 'pg_lease'`);
       assert.equal(rows[0].extversion, '0.1.0');
-      // Once the object is gone the update goes through and the schema is closed.
+      // Once the object is gone the update goes through and the schema stays closed.
       await admin.query(`DROP FUNCTION lease._validate(text, text, text, bigint, interval, interval, integer)`);
       await admin.query('ALTER EXTENSION pg_lease UPDATE');
       const open = await admin.query(`SELECT has_schema_privilege('planter', 'lease', 'CREATE') AS c`);
@@ -132,6 +172,64 @@ describe('1. objects planted in schema lease cannot steer the superuser install'
     } finally {
       await admin.end();
       await cluster.query(`DROP OWNED BY planter CASCADE`, [], 'postgres').catch(() => undefined);
+    }
+  });
+
+  test('an update refuses a function the extension owner added to the extension itself', async () => {
+    await cluster.query(`CREATE ROLE ext_owner LOGIN`);
+    const { url } = await freshDatabase('ext_owner');
+    const owner = await connect(url, 'ext_owner');
+    try {
+      await owner.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
+      // The installing role owns the extension and so may add its own objects to it; a
+      // CREATE OR REPLACE in the update would then keep their owner.
+      await owner.query(`CREATE FUNCTION public.mine() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$`);
+      await owner.query(`ALTER EXTENSION pg_lease ADD FUNCTION public.mine()`);
+      await assert.rejects(owner.query('ALTER EXTENSION pg_lease UPDATE'), (error: pg.DatabaseError) => {
+        assert.equal(error.code, '55000');
+        assert.match(error.detail ?? '', /function public\.mine\(\)/);
+        return true;
+      });
+    } finally {
+      await owner.end();
+    }
+  });
+
+  test('an install refuses a pre-made schema that a session may be creating in unseen', async () => {
+    await cluster.query(`CREATE ROLE lurker LOGIN`);
+    const { url } = await freshDatabase();
+    const admin = await connect(url);
+    const lurker = await connect(url, 'lurker');
+    try {
+      await admin.query(`CREATE SCHEMA lease; GRANT CREATE, USAGE ON SCHEMA lease TO lurker`);
+      await lurker.query('BEGIN');
+      await lurker.query(`CREATE FUNCTION lease.release(p_key text, p_owner text, p_epoch integer)
+                            RETURNS TABLE (status text) LANGUAGE sql AS $$ SELECT 'ok'::text $$`);
+      await assert.rejects(admin.query('CREATE EXTENSION pg_lease'), (error: pg.DatabaseError) => {
+        assert.equal(error.code, '55000');
+        assert.match(error.detail ?? '', /lurker/);
+        return true;
+      });
+      await lurker.query('COMMIT');
+    } finally {
+      await lurker.end();
+      await admin.end();
+    }
+  });
+
+  test('an install refuses a pre-made schema owned by a role that is not a superuser, even an empty one', async () => {
+    await cluster.query(`CREATE ROLE premaker LOGIN`);
+    const { url } = await freshDatabase('premaker');
+    const premaker = await connect(url, 'premaker');
+    try {
+      await premaker.query('CREATE SCHEMA lease');
+      await assert.rejects(premaker.query('CREATE EXTENSION pg_lease'), /existed before and is open/);
+      // Made in the same transaction, nobody else can have touched it: accepted.
+      await premaker.query('BEGIN; DROP SCHEMA lease; CREATE SCHEMA lease; CREATE EXTENSION pg_lease; COMMIT');
+      const { rows } = await premaker.query(`SELECT nspowner::regrole::text AS o FROM pg_namespace WHERE nspname = 'lease'`);
+      assert.equal(rows[0].o, 'postgres');
+    } finally {
+      await premaker.end();
     }
   });
 
@@ -156,25 +254,69 @@ describe('1. objects planted in schema lease cannot steer the superuser install'
   });
 });
 
-describe('2. a pre-made schema lease is closed to everyone but its owner', () => {
+describe('2. a pre-made schema lease that others may create in is not taken over', () => {
   for (const how of INSTALLS) {
-    test(`${how}: GRANT CREATE ON SCHEMA lease TO PUBLIC made beforehand ${how === '0.1.0' ? 'survives' : 'does not survive'}`, async () => {
+    test(`${how}: GRANT CREATE ON SCHEMA lease TO PUBLIC made beforehand ${how === '0.1.0' ? 'survives the install' : 'is refused until revoked, then closed'}`, async () => {
       const { url } = await freshDatabase();
       const admin = await connect(url);
+      const role = `r_${databases}`;
       try {
-        await admin.query(`CREATE ROLE r_${databases} LOGIN`);
+        await admin.query(`CREATE ROLE ${role} LOGIN`);
         await admin.query(`CREATE SCHEMA lease; GRANT CREATE, USAGE ON SCHEMA lease TO PUBLIC`);
-        await install(admin, how);
+        if (how === '0.2.0') {
+          await assert.rejects(admin.query('CREATE EXTENSION pg_lease'), /existed before and is open/);
+          await admin.query('REVOKE CREATE ON SCHEMA lease FROM PUBLIC');
+        }
+        if (how === 'update') {
+          await admin.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
+          await assert.rejects(admin.query('ALTER EXTENSION pg_lease UPDATE'), /existed before and is open/);
+          await admin.query('REVOKE CREATE ON SCHEMA lease FROM PUBLIC');
+          await admin.query('ALTER EXTENSION pg_lease UPDATE');
+        } else {
+          await install(admin, how);
+        }
         const { rows } = await admin.query(
           `SELECT has_schema_privilege($1, 'lease', 'CREATE') AS can_create,
                   has_schema_privilege($1, 'lease', 'USAGE') AS can_use,
                   (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'lease') AS owner`,
-          [`r_${databases}`],
+          [role],
         );
         assert.equal(rows[0].can_create, how === '0.1.0');
         assert.equal(rows[0].can_use, true);
         assert.equal(rows[0].owner, 'postgres');
       } finally {
+        await admin.end();
+      }
+    });
+  }
+
+  for (const how of ['0.2.0', 'update'] as const) {
+    test(`${how}: grants from default privileges or made since 0.1.0 do not survive on the table or the helpers`, async () => {
+      const { url } = await freshDatabase();
+      const admin = await connect(url);
+      const eve = `eve_${databases}`;
+      try {
+        await admin.query(`CREATE ROLE ${eve} LOGIN`);
+        await admin.query(`ALTER DEFAULT PRIVILEGES FOR ROLE postgres GRANT SELECT, UPDATE ON TABLES TO ${eve}`);
+        await admin.query(`ALTER DEFAULT PRIVILEGES FOR ROLE postgres GRANT EXECUTE ON FUNCTIONS TO ${eve}`);
+        if (how === 'update') {
+          await admin.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
+          await admin.query(`GRANT SELECT, UPDATE ON lease.leases TO ${eve}`);
+          await admin.query(`ALTER EXTENSION pg_lease UPDATE`);
+        } else {
+          await admin.query('CREATE EXTENSION pg_lease');
+        }
+        const { rows } = await admin.query(
+          `SELECT has_table_privilege($1, 'lease.leases', 'SELECT') AS sel,
+                  has_table_privilege($1, 'lease.leases', 'UPDATE') AS upd,
+                  has_function_privilege($1, 'lease._validate(text,text,text,bigint,interval,interval)', 'EXECUTE') AS helper,
+                  has_function_privilege($1, 'lease.acquire(text,text,interval,interval)', 'EXECUTE') AS api`,
+          [eve],
+        );
+        assert.deepEqual(rows[0], { sel: false, upd: false, helper: false, api: true });
+      } finally {
+        await admin.query(`ALTER DEFAULT PRIVILEGES FOR ROLE postgres REVOKE ALL ON TABLES FROM ${eve}`);
+        await admin.query(`ALTER DEFAULT PRIVILEGES FOR ROLE postgres REVOKE ALL ON FUNCTIONS FROM ${eve}`);
         await admin.end();
       }
     });

@@ -148,6 +148,29 @@ describe('owners bound to roles', { concurrency: false }, () => {
     }
   });
 
+  test('when on, a member that does not inherit the role acts for it only after SET ROLE', async () => {
+    const carol = await createRole(db);
+    await db.pool.query(`ALTER ROLE ${carol.name} NOINHERIT`);
+    await db.pool.query(`GRANT ${team} TO ${carol.name}`);
+    const asCarol = await carol.connect();
+    await bound(true);
+    try {
+      const refused = await pgError(
+        asCarol.query(`SELECT lease.acquire($1, $2, '1 min')`, [uniqueKey('noinherit'), `${team}/w`]),
+      );
+      assert.equal(refused.code, '42501');
+      await asCarol.query(`SET ROLE ${team}`);
+      const { rows } = await asCarol.query(`SELECT acquired FROM lease.acquire($1, $2, '1 min')`, [
+        uniqueKey('noinherit'),
+        `${team}/w`,
+      ]);
+      assert.equal(rows[0].acquired, true);
+    } finally {
+      await bound(false);
+      await carol.drop();
+    }
+  });
+
   test('turned off again, the binding no longer applies', async () => {
     await bound(true);
     await bound(false);

@@ -4,7 +4,10 @@
  * An owner is a name the caller chooses; by default any role that may call
  * the API may renew or release any owner's lease.  An installation that
  * wants more can bind owners to roles: then a grant, renewal or release
- * for owner O is accepted only from a role that is a member of O's role,
+ * for owner O is accepted only from a role that has the privileges of O's
+ * role (pg_has_role USAGE: a member that inherits them, or one that has
+ * SET ROLE to it; a membership granted WITH INHERIT FALSE, SET FALSE on
+ * PostgreSQL 16+ does not count),
  * which is O up to its first '/' (so 'billing/worker-7' belongs to role
  * billing, and 'billing' alone too).  The calling role is the one the
  * session acts as: SET ROLE's role if set, else the session user (inside
@@ -34,7 +37,7 @@ BEGIN
     END IF;
     v_role := pg_catalog.split_part(v_owner, '/', 1);
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_role)
-       OR NOT pg_catalog.pg_has_role(v_caller, v_role, 'MEMBER') THEN
+       OR NOT pg_catalog.pg_has_role(v_caller, v_role, 'USAGE') THEN
         RAISE EXCEPTION 'pg_lease: owner "%" is not bound to role %', v_owner, v_caller
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = pg_catalog.format(
@@ -84,7 +87,7 @@ BEGIN
                    v_caller,
                    (SELECT d.datdba FROM pg_catalog.pg_database AS d
                      WHERE d.datname = pg_catalog.current_database()),
-                   'MEMBER')
+                   'USAGE')
            AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_caller) THEN
             RAISE EXCEPTION 'pg_lease: only the database owner may change the owner binding'
                 USING ERRCODE = 'insufficient_privilege',

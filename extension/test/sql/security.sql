@@ -240,6 +240,14 @@ CREATE FUNCTION lease._validate(text, text, text, text, interval, interval) RETU
     LANGUAGE sql AS 'SELECT';
 CREATE EXTENSION pg_lease;
 DROP SCHEMA lease CASCADE;
+-- Made in the installing transaction itself, the schema is accepted only
+-- without foreign objects.
+BEGIN;
+CREATE SCHEMA lease;
+CREATE FUNCTION lease._validate(text, text, text, text, interval, interval) RETURNS void
+    LANGUAGE sql AS 'SELECT';
+CREATE EXTENSION pg_lease;
+ROLLBACK;
 RESET ROLE;
 SELECT count(*) AS pg_lease_installed FROM pg_extension WHERE extname = 'pg_lease';
 

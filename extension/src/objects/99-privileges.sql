@@ -1,0 +1,37 @@
+/*
+ * Privileges, last in every script (§1, §10).  Each object above revokes
+ * PUBLIC's rights where it must, but that is not all an object can carry:
+ * default privileges (ALTER DEFAULT PRIVILEGES, by a superuser for its own
+ * objects, or by the installing role in a bundle install) add grants when
+ * an object is created, and a 0.1.0 installation may hold grants made
+ * since.  So every relation and function in schema lease ends with exactly
+ * these: its owner's, and EXECUTE for PUBLIC on the API (the functions
+ * whose names do not start with "_"); nobody may read or write the table
+ * directly.  A fresh install and an update therefore end alike.
+ */
+DO $privileges$
+DECLARE
+    v_object record;
+BEGIN
+    FOR v_object IN
+        SELECT 'TABLE ' || c.oid::pg_catalog.regclass::text AS name,
+               CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END AS grantee
+          FROM pg_catalog.pg_class AS c
+          CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) AS a
+         WHERE c.relnamespace = 'lease'::pg_catalog.regnamespace
+           AND c.relkind IN ('r', 'v', 'm', 'S', 'f', 'p')
+           AND a.grantee <> c.relowner
+        UNION
+        SELECT 'FUNCTION ' || p.oid::pg_catalog.regprocedure::text,
+               CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END
+          FROM pg_catalog.pg_proc AS p
+          CROSS JOIN LATERAL pg_catalog.aclexplode(
+                   COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))) AS a
+         WHERE p.pronamespace = 'lease'::pg_catalog.regnamespace
+           AND a.grantee <> p.proowner
+           AND NOT (a.grantee = 0 AND a.privilege_type = 'EXECUTE' AND p.proname !~ '^_')
+    LOOP
+        EXECUTE 'REVOKE ALL ON ' || v_object.name || ' FROM ' || v_object.grantee || ' CASCADE';
+    END LOOP;
+END
+$privileges$;

@@ -7,7 +7,8 @@
  * is how the matrix runs the same suites on every version.
  *
  * Usage: node dist/scripts/test.js [test files...]
- * Env: PG_LEASE_TEST_SUMMARY=file writes per-suite counts as JSON.
+ * Env: PG_LEASE_TEST_SUMMARY=file writes per-suite counts as JSON; PG_LEASE_NO_SKIP=1 (set by
+ * .ci/run) fails the run when any test was skipped, since in CI a skip means a missing tool.
  */
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -79,6 +80,10 @@ async function main(): Promise<number> {
     console.log(
       `\ntests: ${total.passed} passed, ${total.failed} failed, ${total.skipped} skipped`,
     );
+    if (total.skipped > 0 && process.env.PG_LEASE_NO_SKIP === '1') {
+      console.log('tests: skipped tests fail this run (PG_LEASE_NO_SKIP=1)');
+      return 1;
+    }
     return exitCode !== 0 || total.failed > 0 || total.passed === 0 ? 1 : 0;
   } finally {
     await cluster.destroy();

@@ -1,9 +1,14 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
 import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { PACKAGE_ROOT } from 'pg-lease-testing';
 import { after, before, describe, test } from 'node:test';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
-import { runCli, type CliResult } from './helpers.js';
+import { CLI, runCli, type CliResult } from './helpers.js';
 
 let db: TestDatabase;
 
@@ -63,6 +68,40 @@ describe('pg-lease demo', () => {
     assert.ok(port > 0, result.stdout);
     assert.ok(await refusesConnections(port), 'the demo server is still running');
     assert.match(result.stdout, /the throwaway server is stopped and removed/);
+  });
+
+  test('without pg-lease-testing installed, the demo says what to install and exits 1', () => {
+    // The built CLI beside every package of the repository but pg-lease-testing, as in a
+    // project that installed only pg-lease.
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-no-harness-'));
+    try {
+      fs.cpSync(path.dirname(path.dirname(CLI)), path.join(dir, 'dist', 'src'), {
+        recursive: true,
+      });
+      fs.writeFileSync(path.join(dir, 'package.json'), '{"type":"module"}\n');
+      fs.mkdirSync(path.join(dir, 'node_modules'));
+      const modules = path.join(PACKAGE_ROOT, 'node_modules');
+      for (const name of fs.readdirSync(modules))
+        if (name !== 'pg-lease-testing' && !name.startsWith('.'))
+          fs.symlinkSync(path.join(modules, name), path.join(dir, 'node_modules', name));
+      const result = spawnSync(
+        process.execPath,
+        [path.join(dir, 'dist', 'src', 'cli', 'main.js'), 'demo'],
+        {
+          encoding: 'utf8',
+        },
+      );
+      assert.equal(result.status, 1, result.stdout + result.stderr);
+      assert.match(
+        result.stderr,
+        /^pg-lease: the demo starts its throwaway server with pg-lease-testing, which is not installed/m,
+      );
+      assert.match(result.stderr, /npm install --save-dev pg-lease-testing/);
+      assert.match(result.stderr, /pg-lease demo --url/);
+      assert.doesNotMatch(result.stderr, /pg-lease: pg-lease:/);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test('--url runs the same story on an existing database and drops its table', async () => {

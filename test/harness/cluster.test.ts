@@ -1,18 +1,16 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { PgCluster, findInstallation } from 'pg-lease-testing';
+import { PgCluster, findInstallation, portLockDir, reservePort } from 'pg-lease-testing';
 import { waitFor } from '../support/helpers.js';
 
-const fixture = path.join(
-  path.dirname(fileURLToPath(import.meta.url)),
-  'fixtures',
-  'hold-cluster.js',
-);
+const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures');
+const fixture = path.join(fixtures, 'hold-cluster.js');
 
 function processAlive(pid: number): boolean {
   try {
@@ -109,13 +107,152 @@ describe('throwaway cluster', () => {
     assert.match(cluster.logTail(200), /not properly shut down|automatic recovery/);
   });
 
-  test('destroy stops the server and removes its files', async () => {
+  test('destroy with PG_LEASE_KEEP=never stops the server and removes its files at once', async () => {
     const other = await PgCluster.start();
     const pid = other.pid!;
-    await other.destroy();
+    const previous = process.env.PG_LEASE_KEEP;
+    process.env.PG_LEASE_KEEP = 'never';
+    try {
+      await other.destroy();
+    } finally {
+      if (previous === undefined) delete process.env.PG_LEASE_KEEP;
+      else process.env.PG_LEASE_KEEP = previous;
+    }
     assert.equal(processAlive(pid), false);
     assert.equal(fs.existsSync(other.baseDir), false);
     await other.destroy();
+  });
+
+  test('appendConf + reload changes a setting the harness set at start', async () => {
+    const show = async (name: string) =>
+      (await cluster.query<{ v: string }>(`SELECT current_setting($1) AS v`, [name])).rows[0]!.v;
+    assert.equal(await show('log_min_messages'), 'warning');
+    cluster.appendConf({ log_min_messages: 'notice', work_mem: '7MB' });
+    await cluster.reload();
+    assert.equal(await show('log_min_messages'), 'notice');
+    assert.equal(await show('work_mem'), '7MB');
+  });
+
+  test('appendConf + restart changes a setting only a restart can', async () => {
+    const port = cluster.port;
+    cluster.appendConf({ max_connections: 123 });
+    await cluster.reload();
+    const before = await cluster.query<{ v: string }>(
+      "SELECT current_setting('max_connections') AS v",
+    );
+    assert.equal(before.rows[0]!.v, '200', 'a reload must not change max_connections');
+    await cluster.restart();
+    const after = await cluster.query<{ v: string }>(
+      "SELECT current_setting('max_connections') AS v",
+    );
+    assert.equal(after.rows[0]!.v, '123');
+    assert.equal(cluster.port, port);
+  });
+
+  test('pollQueryUntil waits for the answer, and names the last one when it never comes', async () => {
+    await cluster.query('CREATE TABLE IF NOT EXISTS poll_check (n int)');
+    setTimeout(() => void cluster.query('INSERT INTO poll_check VALUES (1)'), 300);
+    await cluster.pollQueryUntil('SELECT count(*) FROM poll_check', '1');
+    await assert.rejects(
+      cluster.pollQueryUntil('SELECT count(*) = 5 FROM poll_check', 't', { timeoutMs: 300 }),
+      /timed out polling .* last: f/,
+    );
+  });
+});
+
+describe('ports', () => {
+  test('concurrent reservations never hand out the same port', async () => {
+    const reservations = await Promise.all(
+      Array.from({ length: 40 }, () => reservePort('127.0.0.1')),
+    );
+    try {
+      const ports = new Set(reservations.map((r) => r.port));
+      assert.equal(ports.size, reservations.length);
+      for (const r of reservations)
+        assert.equal(fs.readFileSync(r.lockFile, 'utf8').trim(), String(process.pid));
+    } finally {
+      for (const r of reservations) r.release();
+    }
+  });
+
+  test("a port locked by a live process is never handed out; a dead one's lock is taken over", async () => {
+    // A private lock dir, so that filling it cannot starve the other test files of ports.
+    const previous = process.env.PG_LEASE_PORT_DIR;
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-ports-test-'));
+    process.env.PG_LEASE_PORT_DIR = dir;
+    try {
+      assert.equal(portLockDir(), dir);
+      // Every port of the range is locked by a live process (this one's parent) except one,
+      // locked by a process that has ended: the reservation must take exactly that one.
+      const dead = spawnSync(
+        process.execPath,
+        ['-e', 'process.stdout.write(String(process.pid))'],
+        {
+          encoding: 'utf8',
+        },
+      );
+      const target = 20_000 + Math.floor(Math.random() * 12_000);
+      for (let port = 20_000; port <= 32_767; port++) {
+        const pid = port === target ? Number(dead.stdout) : process.ppid;
+        fs.writeFileSync(path.join(dir, `${port}.lock`), `${pid}\n`);
+      }
+      const reservation = await reservePort('127.0.0.1');
+      assert.equal(reservation.port, target);
+      assert.equal(fs.readFileSync(reservation.lockFile, 'utf8').trim(), String(process.pid));
+      reservation.release();
+      assert.equal(fs.existsSync(reservation.lockFile), false);
+    } finally {
+      if (previous === undefined) delete process.env.PG_LEASE_PORT_DIR;
+      else process.env.PG_LEASE_PORT_DIR = previous;
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a failed run keeps its cluster', () => {
+  async function runFixture(
+    status: number,
+  ): Promise<{ code: number | null; baseDir: string; stderr: string }> {
+    const child = spawn(
+      process.execPath,
+      [path.join(fixtures, 'destroy-and-exit.js'), String(status)],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...process.env, PG_LEASE_KEEP: 'failed' },
+      },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    const { baseDir } = JSON.parse(stdout.split('\n')[0]!) as { baseDir: string };
+    return { code, baseDir, stderr };
+  }
+
+  test('a process that fails keeps the data dir and log, and says where', async () => {
+    const { code, baseDir, stderr } = await runFixture(1);
+    try {
+      assert.equal(code, 1);
+      assert.ok(fs.existsSync(path.join(baseDir, 'data', 'PG_VERSION')), 'data dir removed');
+      assert.ok(fs.existsSync(path.join(baseDir, 'server.log')), 'log removed');
+      assert.match(
+        stderr,
+        new RegExp(`kept the cluster .*data dir ${baseDir}/data, log ${baseDir}/server.log`),
+      );
+      // The watchdog must not remove it once the process is gone either.
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+      assert.ok(fs.existsSync(path.join(baseDir, 'data', 'PG_VERSION')), 'the watchdog removed it');
+    } finally {
+      fs.rmSync(baseDir, { recursive: true, force: true });
+    }
+  });
+
+  test('a process that passes leaves nothing behind', async () => {
+    const { code, baseDir, stderr } = await runFixture(0);
+    assert.equal(code, 0);
+    assert.equal(fs.existsSync(baseDir), false);
+    assert.doesNotMatch(stderr, /kept/);
   });
 });
 

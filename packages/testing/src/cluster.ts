@@ -1,13 +1,15 @@
 /**
- * Throwaway PostgreSQL clusters for tests: `initdb` into a private temp dir, start on a free
- * loopback port with a private socket dir, crash or restart on demand, and always clean up.
+ * Throwaway PostgreSQL clusters for tests, after PostgreSQL::Test::Cluster: `initdb` into a
+ * private temp dir, start on a reserved loopback port with a private socket dir, change
+ * settings with `appendConf` + `reload`/`restart`, `pollQueryUntil`, crash or restart on
+ * demand, and always clean up, except what a failed run leaves for inspection.
  *
  * Clean-up does not depend on the test process behaving: every cluster gets a small watchdog
- * process that outlives a killed parent, stops the server and removes the files.
+ * process that outlives a killed parent, stops the server and removes the files (unless the
+ * run failed and they are kept; see {@link PgCluster.destroy}).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -18,6 +20,7 @@ import {
   type InstallationRequest,
   type PgInstallation,
 } from './installation.js';
+import { reservePort, type PortReservation } from './ports.js';
 
 /** Options for {@link PgCluster.start}. */
 export interface ClusterOptions {
@@ -43,7 +46,36 @@ export interface ClusterOptions {
 /** Stop modes, as in `pg_ctl stop -m`: `fast` rolls back sessions and checkpoints, `immediate` does neither. */
 export type StopMode = 'fast' | 'immediate';
 
+/** A setting value as `appendConf` and `ClusterOptions.settings` take it. */
+export type SettingValue = string | number | boolean;
+
+/** Options of {@link PgCluster.pollQueryUntil}. */
+export interface PollOptions {
+  /** Database to run the query in (default `postgres`). */
+  database?: string;
+  /** Give up after this long (default 180 s, as PostgreSQL::Test::Cluster). */
+  timeoutMs?: number;
+}
+
+/**
+ * What {@link PgCluster.destroy} does with a cluster's files, from `PG_LEASE_KEEP`:
+ * `failed` (default) removes them when the process exits with status 0 and keeps them, naming
+ * them on stderr, when it exits otherwise (a failed test file); `always` keeps them; `never`
+ * removes them at once.
+ */
+export type KeepPolicy = 'failed' | 'always' | 'never';
+
+function keepPolicy(): KeepPolicy {
+  const value = process.env.PG_LEASE_KEEP ?? 'failed';
+  if (value === 'failed' || value === 'always' || value === 'never') return value;
+  throw new Error(
+    `pg-lease-testing: PG_LEASE_KEEP must be failed, always or never, got "${value}"`,
+  );
+}
+
 const SUPERUSER = 'postgres';
+/** A file in a cluster's base dir that tells the watchdog and the exit hook to keep it. */
+const KEEP_MARKER = 'KEPT';
 const HOST = '127.0.0.1';
 const START_TIMEOUT_MS = 60_000;
 const STOP_TIMEOUT_MS = 60_000;
@@ -59,6 +91,8 @@ const DEFAULT_SETTINGS: Record<string, string> = {
 };
 
 const live = new Set<PgCluster>();
+/** Destroyed clusters whose files wait for the exit status to decide (policy `failed`). */
+const pendingRemoval = new Set<PgCluster>();
 let exitHookInstalled = false;
 
 /**
@@ -84,6 +118,7 @@ export class PgCluster implements AsyncDisposable {
   readonly logFile: string;
 
   #port = 0;
+  #reservation: PortReservation | undefined;
   #settings: Record<string, string>;
   #owner: { uid: number; gid: number } | undefined;
   #server: ChildProcess | undefined;
@@ -106,8 +141,12 @@ export class PgCluster implements AsyncDisposable {
     this.logFile = path.join(this.baseDir, 'server.log');
   }
 
-  /** Creates and starts a new cluster. */
+  /** Creates and starts a new cluster. Linux only (see the package README). */
   static async start(options: ClusterOptions = {}): Promise<PgCluster> {
+    if (process.platform !== 'linux')
+      throw new Error(
+        `pg-lease-testing runs on Linux only (it finds server processes in /proc); this is ${process.platform}`,
+      );
     const requested = options.installation ?? {};
     const installation = stageInstallation(
       'versionString' in requested ? requested : findInstallation(requested),
@@ -126,6 +165,8 @@ export class PgCluster implements AsyncDisposable {
     installExitHook();
     try {
       cluster.#initdb();
+      cluster.#reservation = await reservePort(HOST);
+      cluster.#port = cluster.#reservation.port;
       cluster.#startWatchdog();
       await cluster.start();
     } catch (error) {
@@ -195,7 +236,12 @@ export class PgCluster implements AsyncDisposable {
   async start(): Promise<void> {
     if (this.#destroyed) throw new Error('pg-lease-testing: cluster was destroyed');
     if (this.running) return;
-    if (this.#port === 0) this.#port = await freePort();
+    if (this.#port === 0) {
+      this.#reservation = await reservePort(HOST);
+      this.#port = this.#reservation.port;
+    }
+    // Only what must never change is on the command line (it would override the file); the
+    // settings live in postgresql.conf, where appendConf can change them.
     const args = [
       '-D',
       this.dataDir,
@@ -206,7 +252,6 @@ export class PgCluster implements AsyncDisposable {
       '-c',
       `listen_addresses=${HOST}`,
     ];
-    for (const [name, value] of Object.entries(this.#settings)) args.push('-c', `${name}=${value}`);
 
     const log = fs.openSync(this.logFile, 'a');
     const server = spawn(path.join(this.installation.bindir, 'postgres'), args, {
@@ -259,20 +304,129 @@ export class PgCluster implements AsyncDisposable {
     await this.#waitForBackendsToExit();
   }
 
-  /** Stops (fast) and starts again on the same data dir and port. */
+  /** Stops (fast) and starts again on the same data dir and port, with the settings of postgresql.conf. */
   async restart(): Promise<void> {
     await this.stop('fast');
     await this.start();
   }
 
-  /** Stops the server if running and removes every file of the cluster. Safe to call twice. */
+  /**
+   * Appends settings to the cluster's postgresql.conf, as PostgreSQL::Test::Cluster's
+   * `append_conf`; later lines win. They take effect with {@link reload} (for settings a
+   * reload can change) or {@link restart}.
+   *
+   * @example
+   * cluster.appendConf({ log_min_duration_statement: 0, 'lease.custom': 'x' });
+   * await cluster.reload();
+   * cluster.appendConf({ max_connections: 300 });
+   * await cluster.restart();
+   */
+  appendConf(settings: Record<string, SettingValue> | string): void {
+    const lines =
+      typeof settings === 'string'
+        ? settings
+        : Object.entries(settings)
+            .map(([name, value]) => `${name} = ${quoteSetting(value)}`)
+            .join('\n');
+    if (typeof settings !== 'string')
+      for (const [name, value] of Object.entries(settings)) this.#settings[name] = String(value);
+    fs.appendFileSync(path.join(this.dataDir, 'postgresql.conf'), `${lines}\n`);
+  }
+
+  /**
+   * Makes the running server re-read its configuration (SIGHUP, as `pg_ctl reload`) and
+   * resolves once it has: when `pg_conf_load_time()` has moved.
+   */
+  async reload(): Promise<void> {
+    const pid = this.pid;
+    if (pid === undefined) throw new Error('pg-lease-testing: reload of a stopped cluster');
+    const loaded = async () =>
+      (await this.query<{ t: string }>('SELECT pg_conf_load_time()::text AS t')).rows[0]!.t;
+    const before = await loaded();
+    process.kill(pid, 'SIGHUP');
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    while ((await loaded()) === before) {
+      if (Date.now() > deadline)
+        throw new Error(`pg-lease-testing: the server did not reload\n${this.logTail()}`);
+      await sleep(20);
+    }
+  }
+
+  /**
+   * Runs `sql` every 100 ms until its first column of its first row, as text, equals
+   * `expected` (default `t`), as PostgreSQL::Test::Cluster's `poll_query_until`. Errors of the
+   * query count as "not yet" (the server may be starting). Rejects after the timeout with the
+   * last answer or error.
+   *
+   * @example
+   * await cluster.pollQueryUntil("SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE '%acquire%'");
+   */
+  async pollQueryUntil(sql: string, expected = 't', options: PollOptions = {}): Promise<void> {
+    const deadline = Date.now() + (options.timeoutMs ?? 180_000);
+    let last = '(no answer yet)';
+    for (;;) {
+      try {
+        const { rows } = await this.query(sql, [], options.database);
+        const first = rows[0] ? Object.values(rows[0])[0] : undefined;
+        last = first === null || first === undefined ? '(null)' : String(first);
+        if (typeof first === 'boolean') last = first ? 't' : 'f';
+        if (last === expected) return;
+      } catch (error) {
+        last = `error: ${(error as Error).message}`;
+      }
+      if (Date.now() > deadline)
+        throw new Error(
+          `pg-lease-testing: timed out polling until ${JSON.stringify(sql)} gives ${JSON.stringify(expected)}; last: ${last}`,
+        );
+      await sleep(100);
+    }
+  }
+
+  /**
+   * Stops the server if running and frees its port. The files (`data/` and `server.log` in
+   * {@link baseDir}) follow `PG_LEASE_KEEP` (see {@link KeepPolicy}): by default they stay
+   * until the process exits, and survive it, named on stderr, when it exits with a failure.
+   * Safe to call twice.
+   */
   async destroy(): Promise<void> {
     if (this.#destroyed) return;
     await this.stop('immediate').catch(() => undefined);
     this.#destroyed = true;
     live.delete(this);
-    this.#watchdog?.kill('SIGKILL');
+    this.#reservation?.release();
+    const policy = keepPolicy();
+    if (policy === 'never') {
+      this.#watchdog?.kill('SIGKILL');
+      fs.rmSync(this.baseDir, { recursive: true, force: true });
+    } else {
+      // The watchdog stays: should this process be killed, it removes the files as before.
+      pendingRemoval.add(this);
+      if (policy === 'always') this.#keep('PG_LEASE_KEEP=always');
+    }
+  }
+
+  #lockFileOf(): string {
+    return this.#reservation?.lockFile ?? '/nonexistent';
+  }
+
+  /** Marks the files to survive the process and says where they are. */
+  #keep(why: string): void {
+    if (!fs.existsSync(this.baseDir)) return;
+    fs.writeFileSync(path.join(this.baseDir, KEEP_MARKER), `${why}\n`);
+    process.stderr.write(
+      `pg-lease-testing: kept the cluster (${why}): data dir ${this.dataDir}, log ${this.logFile}\n`,
+    );
+  }
+
+  /** At exit: keep the files of a failed run, remove the others. @internal */
+  settleFiles(exitCode: number): void {
+    if (fs.existsSync(path.join(this.baseDir, KEEP_MARKER))) return;
+    if (exitCode !== 0) {
+      this.#keep(`the process exited with status ${exitCode}`);
+      return;
+    }
     fs.rmSync(this.baseDir, { recursive: true, force: true });
+    this.#watchdog?.kill('SIGKILL');
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -314,6 +468,13 @@ export class PgCluster implements AsyncDisposable {
         `pg-lease-testing: initdb failed (${result.status ?? result.signal})\n${result.stderr || result.stdout}`,
       );
     }
+    fs.appendFileSync(
+      path.join(this.dataDir, 'postgresql.conf'),
+      `\n# pg-lease-testing settings (ClusterOptions.settings over the harness defaults)\n` +
+        Object.entries(this.#settings)
+          .map(([name, value]) => `${name} = ${quoteSetting(value)}\n`)
+          .join(''),
+    );
   }
 
   /**
@@ -333,11 +494,12 @@ export class PgCluster implements AsyncDisposable {
           kill -KILL "$pid" 2>/dev/null
         fi
       fi
-      rm -rf "$2"
+      rm -f "$3"
+      [ -e "$2/${KEEP_MARKER}" ] || rm -rf "$2"
     `;
     const watchdog = spawn(
       'sh',
-      ['-c', script, 'pg-lease-watchdog', String(process.pid), this.baseDir],
+      ['-c', script, 'pg-lease-watchdog', String(process.pid), this.baseDir, this.#lockFileOf()],
       {
         detached: true,
         stdio: 'ignore',
@@ -382,16 +544,10 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
   }
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.unref();
-    server.once('error', reject);
-    server.listen(0, HOST, () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
+/** A value as postgresql.conf takes it: numbers and booleans bare, text quoted. */
+function quoteSetting(value: SettingValue | string): string {
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  return `'${value.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
 }
 
 function lookupUser(name: string): { uid: number; gid: number } {
@@ -455,10 +611,13 @@ function tryKill(pid: number, signal: NodeJS.Signals): void {
 function installExitHook(): void {
   if (exitHookInstalled) return;
   exitHookInstalled = true;
-  process.once('exit', () => {
+  process.once('exit', (code) => {
     for (const cluster of live) {
       const pid = cluster.pid;
       if (pid !== undefined) tryKill(pid, 'SIGQUIT');
+      // Left running by a failed run: keep it too; otherwise its watchdog removes it.
+      if (code !== 0) cluster.settleFiles(code);
     }
+    for (const cluster of pendingRemoval) cluster.settleFiles(code);
   });
 }

@@ -6,7 +6,15 @@
  * await using cluster = await PgCluster.start();
  * const url = await cluster.createDatabase();
  */
-export { PgCluster, type ClusterOptions, type StopMode } from './cluster.js';
+export {
+  PgCluster,
+  type ClusterOptions,
+  type KeepPolicy,
+  type PollOptions,
+  type SettingValue,
+  type StopMode,
+} from './cluster.js';
+export { portLockDir, reservePort, type PortReservation } from './ports.js';
 export {
   DEFAULT_MAJOR,
   EMBEDDED_VERSIONS,

@@ -14,6 +14,11 @@ CREATE TABLE lease.leases (
     owner       text COLLATE pg_catalog."C",
     epoch       bigint NOT NULL,
     expires_at  timestamptz,
+    -- Server time of the key's last release (0.2.0): how long a FREE key
+    -- has been free, which lease.purge needs.  Written by release only, so
+    -- it means something only while owner IS NULL.  Added last, as the
+    -- update from 0.1.0 adds it, so both give the same table.
+    released_at timestamptz,
     CONSTRAINT leases_pkey PRIMARY KEY (key),
     -- Mirror lease._validate: keys and owners are 1..1000 bytes (§3).  The
     -- API relies on them: a row that matches a key and an owner proves both
@@ -29,3 +34,18 @@ CREATE TABLE lease.leases (
     CONSTRAINT leases_epoch_positive
         CHECK (epoch >= 1)
 ) WITH (fillfactor = 70);
+
+/*
+ * The epoch floor (0.2.0, §4 purge): the highest epoch of any key that
+ * lease.purge deleted, 0 before the first purge.  A key without a row is
+ * granted epoch floor + 1, so a purged key's next grant still carries an
+ * epoch greater than any it had (I2, I3).  One row; only purge writes it.
+ */
+CREATE TABLE lease.epoch_floor (
+    singleton   boolean NOT NULL DEFAULT true,
+    epoch       bigint NOT NULL DEFAULT 0,
+    CONSTRAINT epoch_floor_pkey PRIMARY KEY (singleton),
+    CONSTRAINT epoch_floor_one_row CHECK (singleton),
+    CONSTRAINT epoch_floor_not_negative CHECK (epoch >= 0)
+);
+INSERT INTO lease.epoch_floor DEFAULT VALUES;

@@ -115,13 +115,15 @@ BEGIN
          WHERE l.key = p_key COLLATE pg_catalog."C";
 
         IF NOT FOUND THEN
-            -- 3. NEVER -> HELD(owner, 1, now + ttl).
+            -- 3. NEVER -> HELD(owner, floor + 1, now + ttl); the floor is 0
+            -- until lease.purge deletes a key (see lease._first_grant_epoch).
             INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
-            VALUES (p_key, p_owner, 1, v_now + p_ttl)
+            VALUES (p_key, p_owner, (SELECT f.epoch + 1 FROM lease.epoch_floor AS f), v_now + p_ttl)
             ON CONFLICT (key) DO NOTHING
             RETURNING true, l.epoch, l.expires_at INTO acquired, epoch, expires_at;
 
             IF acquired THEN
+                epoch := lease._first_grant_epoch(p_key, epoch);
                 RETURN NEXT;
                 RETURN;
             END IF;

@@ -131,7 +131,8 @@ BEGIN
         UPDATE lease.leases AS l
            SET owner = NULL,
                epoch = l.epoch + 1,
-               expires_at = NULL
+               expires_at = NULL,
+               released_at = v_now
          WHERE l.key = p_key COLLATE pg_catalog."C"
            AND l.owner = p_owner COLLATE pg_catalog."C"
            AND l.epoch = p_epoch

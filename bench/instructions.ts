@@ -43,8 +43,11 @@ const SHORT_LOOP = 50;
 interface Operation {
   id: string;
   title: string;
-  /** State of the keys before the loop: free (never held again), held by `bench`, held by `other`. */
-  keys: 'free' | 'held' | 'held by another';
+  /**
+   * State of the keys before the loop: free (never held again), held by `bench`, held by
+   * `other`, or never granted (the set-up then inserts as many rows under other keys).
+   */
+  keys: 'free' | 'held' | 'held by another' | 'never';
   /** One call and its check, for a lease-shaped arm in `schema`; the key is `'ic-' || i`. */
   lease(schema: string): string;
   /** The same on bare.leases. */
@@ -68,6 +71,13 @@ const OPERATIONS: Operation[] = [
     id: 'acquire',
     title: 'acquire of a free key',
     keys: 'free',
+    lease: (s) => checked(leaseAcquire(s), 'ok IS NOT TRUE'),
+    bare: checked(BARE_UPSERT, 'ok IS NOT TRUE'),
+  },
+  {
+    id: 'first',
+    title: 'acquire of a key never granted',
+    keys: 'never',
     lease: (s) => checked(leaseAcquire(s), 'ok IS NOT TRUE'),
     bare: checked(BARE_UPSERT, 'ok IS NOT TRUE'),
   },
@@ -123,10 +133,10 @@ const OPERATIONS: Operation[] = [
 function loopStatement(operation: Operation, arm: Arm, rows: number, calls: number): string {
   const table = arm.table!;
   const [owner, expires] =
-    operation.keys === 'free'
+    operation.keys === 'free' || operation.keys === 'never'
       ? ['NULL', 'NULL']
       : [operation.keys === 'held' ? `'bench'` : `'other'`, `clock_timestamp() + interval '1 day'`];
-  const setup = `INSERT INTO ${table} (key, owner, epoch, expires_at) SELECT 'ic-' || g, ${owner}, 1, ${expires} FROM generate_series(1, ${rows}) AS g;`;
+  const setup = `INSERT INTO ${table} (key, owner, epoch, expires_at) SELECT '${operation.keys === 'never' ? 'other' : 'ic'}-' || g, ${owner}, 1, ${expires} FROM generate_series(1, ${rows}) AS g;`;
   const call = arm.script === 'bare' ? operation.bare : operation.lease(arm.schema ?? 'lease');
   return `DO $$ DECLARE ok boolean; BEGIN ${setup} COMMIT; FOR i IN 1..${calls} LOOP ${call} COMMIT; END LOOP; END $$;\n`;
 }

@@ -259,9 +259,10 @@ export async function leaseTable(db: Queryable): Promise<string> {
   const { rows } = await db.query(
     `SELECT c.oid::regclass::text AS name
        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = 'lease' AND c.relkind IN ('r', 'p')`,
+      WHERE n.nspname = 'lease' AND c.relkind IN ('r', 'p')
+        AND EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'key')`,
   );
-  assert.equal(rows.length, 1, 'schema lease must hold exactly one table');
+  assert.equal(rows.length, 1, 'schema lease must hold exactly one table of keys');
   return (rows[0] as { name: string }).name;
 }
 

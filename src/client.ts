@@ -8,6 +8,13 @@ import type { Duration } from './duration.js';
 import { LeaseError, LeaseNotAcquiredError, translateError } from './errors.js';
 import type { KeepAliveOptions } from './keeper.js';
 import { Lease, type LeaseCalls, type LeaseStatus, type RenewCall } from './lease.js';
+import {
+  listLeases,
+  purgeLeases,
+  type ListedLease,
+  type ListOptions,
+  type PurgeOptions,
+} from './operations.js';
 import { defaultOwner } from './owner.js';
 import { validateInput } from './validation.js';
 
@@ -261,6 +268,28 @@ export class LeaseClient implements AsyncDisposable {
       epoch: BigInt(row.epoch),
       expiresAt: row.expires_at,
     };
+  }
+
+  /**
+   * Lists keys in key order: held ones, or with `all` also free and lapsed ones; see
+   * {@link listLeases}.
+   *
+   * @example
+   * const held = await client.list({ prefix: 'job-' });
+   */
+  list(options: ListOptions = {}): Promise<ListedLease[]> {
+    return listLeases(this.#db, options);
+  }
+
+  /**
+   * Deletes keys free or lapsed for at least `olderThan`; resolves with how many. See
+   * {@link purgeLeases} (and who may call it).
+   *
+   * @example
+   * const deleted = await client.purge({ olderThan: '7 days' });
+   */
+  purge(options: PurgeOptions): Promise<number> {
+    return purgeLeases(this.#db, options);
   }
 
   /**

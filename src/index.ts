@@ -42,3 +42,10 @@ export {
   type InstallResult,
 } from './install.js';
 export { defaultOwner } from './owner.js';
+export {
+  listLeases,
+  purgeLeases,
+  type ListedLease,
+  type ListOptions,
+  type PurgeOptions,
+} from './operations.js';

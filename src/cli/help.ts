@@ -53,6 +53,38 @@ refused it (not_owner, lapsed, epoch_mismatch).`,
     exit: '0.',
   },
   {
+    name: 'list',
+    synopsis: '[--prefix P] [--all]',
+    summary: 'list the held keys (--all: every key) with owner, epoch, time left',
+    description: `Lists held keys in key order (byte order) with owner, epoch and time left, as
+lease.list reports them. --prefix P keeps the keys that start with P; --all adds free and
+lapsed keys (their epoch is the fencing watermark). A lapsed grant is not held, as in
+inspect. Control characters in keys and owners are printed as escapes.`,
+    exit: '0.',
+  },
+  {
+    name: 'watch',
+    synopsis: '[--prefix P] [--all] [--interval D] [--count N]',
+    summary: 'a live table of the keys, refreshed until Ctrl-C',
+    description: `Shows the table of list and refreshes it every --interval (default 1s): on a terminal
+in place, with the cursor hidden until it ends; into a pipe or file as frames separated by
+a blank line; with --json as one JSON object per refresh and line. Ctrl-C or SIGTERM ends
+it; --count N stops after N refreshes. A refresh that fails is shown and the next one tries
+again; only a failing first refresh ends the command.`,
+    exit: '0 ended by Ctrl-C, SIGTERM or --count; 1 the first refresh failed.',
+  },
+  {
+    name: 'purge',
+    synopsis: '--older-than D [--batch N]',
+    summary: 'delete keys free or lapsed for at least D',
+    description: `Deletes the keys that were released, or whose grant lapsed, at least D ago (7d, 12h;
+0 takes every dead key) and prints how many. Held keys are never touched, and a purged
+key's next grant still gets a greater epoch than any it had. --batch N deletes at most N
+keys per transaction, repeating until a round deletes fewer. Needs EXECUTE on
+lease.purge: the role that created the extension has it and may grant it.`,
+    exit: '0 purged (also none); 1 no EXECUTE on lease.purge, or another failure.',
+  },
+  {
     name: 'exec',
     synopsis: '--key K --ttl D [--wait D] [--owner O] [--grace D] [--verbose] -- command [args...]',
     summary: 'run a command while holding a lease',

@@ -10,12 +10,18 @@ import { EXIT, UsageError } from './exit-codes.js';
 import { usage } from './help.js';
 import { installCommand } from './install.js';
 import { acquireCommand, inspectCommand, releaseCommand, renewCommand } from './lease-commands.js';
+import { listCommand } from './list.js';
+import { purgeCommand } from './purge.js';
+import { watchCommand } from './watch.js';
 
 const COMMANDS: Record<string, (args: string[]) => Promise<number>> = {
   acquire: acquireCommand,
   renew: renewCommand,
   release: releaseCommand,
   inspect: inspectCommand,
+  list: listCommand,
+  watch: watchCommand,
+  purge: purgeCommand,
   exec: execCommand,
   install: installCommand,
   demo: demoCommand,

@@ -18,6 +18,7 @@ const API = [
   'lease.release(text,text,bigint)',
   'lease.inspect(text)',
   'lease.bind_owners(boolean)',
+  'lease.list(text,boolean)',
 ];
 
 let db: TestDatabase;

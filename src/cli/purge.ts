@@ -1,0 +1,43 @@
+/**
+ * `pg-lease purge`: deletes keys that have been free or lapsed for a while (`lease.purge`).
+ */
+import pg from 'pg';
+import { LeaseClient } from '../client.js';
+import { connectionString, parseCommand, print, required } from './common.js';
+import { commandHelp } from './help.js';
+import { EXIT, UsageError } from './exit-codes.js';
+
+export async function purgeCommand(args: string[]): Promise<number> {
+  const { values } = parseCommand(args, {
+    'older-than': { type: 'string' },
+    batch: { type: 'string' },
+  });
+  if (values.help) {
+    process.stdout.write(`${commandHelp('purge')}\n`);
+    return EXIT.OK;
+  }
+  const olderThan = required(values, 'older-than');
+  let batch: number | undefined;
+  if (values.batch !== undefined) {
+    batch = Number(values.batch);
+    if (!/^\d+$/.test(values.batch) || !Number.isSafeInteger(batch) || batch < 1)
+      throw new UsageError(`--batch must be a positive whole number, got "${values.batch}"`);
+  }
+  const client = new LeaseClient(connectionString(values));
+  try {
+    const purged = await client.purge({ olderThan, ...(batch === undefined ? {} : { batch }) });
+    print(
+      values.json,
+      `purged ${purged} ${purged === 1 ? 'key' : 'keys'} free or lapsed for at least ${olderThan}`,
+      { purged, olderThan },
+    );
+    return EXIT.OK;
+  } catch (error) {
+    if (error instanceof pg.DatabaseError && error.code === '42501')
+      error.message +=
+        ' (lease.purge is for the role that created the extension and the roles it grants EXECUTE to)';
+    throw error;
+  } finally {
+    await client.end();
+  }
+}

@@ -5,7 +5,8 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import type { Duration } from './duration.js';
-import { LeaseError, LeaseNotAcquiredError, translateError } from './errors.js';
+import { LeaseError, LeaseNotAcquiredError, LeaseTimeoutError, translateError } from './errors.js';
+import { observed, publish } from './events.js';
 import type { KeepAliveOptions } from './keeper.js';
 import { Lease, type LeaseCalls, type LeaseStatus, type RenewCall } from './lease.js';
 import {
@@ -178,9 +179,27 @@ export class LeaseClient implements AsyncDisposable {
       `SELECT a.acquired, a.epoch::text AS epoch, a.expires_at, ${REMAINING_US('a')}
          FROM lease.acquire($1, $2, ${MICROSECONDS('$3')}, ${MICROSECONDS('$4')}) AS a`,
       [key, owner, input.ttlMicroseconds, input.waitMicroseconds],
-    );
+    ).catch((error: unknown) => {
+      if (error instanceof LeaseTimeoutError && observed('notAcquired'))
+        publish('notAcquired', {
+          key,
+          owner,
+          reason: 'timeout',
+          waitedMs: performance.now() - sentAt,
+        });
+      throw error;
+    });
     const row = rows[0]!;
-    if (!row.acquired) return null;
+    if (!row.acquired) {
+      if (observed('notAcquired'))
+        publish('notAcquired', {
+          key,
+          owner,
+          reason: 'held',
+          waitedMs: performance.now() - sentAt,
+        });
+      return null;
+    }
 
     const epoch = BigInt(row.epoch!);
     let deadline = sentAt + row.remaining_us! / 1000;
@@ -190,7 +209,7 @@ export class LeaseClient implements AsyncDisposable {
       deadline = Math.max(deadline, await this.#measureDeadline(key, owner, epoch));
 
     const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
-    return new Lease(
+    const lease = new Lease(
       this.#calls,
       {
         key,
@@ -202,6 +221,15 @@ export class LeaseClient implements AsyncDisposable {
       },
       keepAlive,
     );
+    if (observed('acquired'))
+      publish('acquired', {
+        key,
+        owner,
+        epoch,
+        expiresAt: row.expires_at!,
+        waitedMs: performance.now() - sentAt,
+      });
+    return lease;
   }
 
   /**

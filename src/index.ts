@@ -43,6 +43,19 @@ export {
 } from './install.js';
 export { defaultOwner } from './owner.js';
 export {
+  LEASE_CHANNELS,
+  subscribeLeaseEvents,
+  type AcquiredEvent,
+  type LeaseEventBase,
+  type LeaseEventHandlers,
+  type LeaseEvents,
+  type LostEvent,
+  type NotAcquiredEvent,
+  type ReleasedEvent,
+  type RenewalFailedEvent,
+  type RenewedEvent,
+} from './events.js';
+export {
   listLeases,
   purgeLeases,
   type ListedLease,

@@ -12,6 +12,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Duration } from './duration.js';
 import { LeaseError, LeaseLostError, type LostStatus } from './errors.js';
+import { observed, publish } from './events.js';
 import { Keeper, MAX_TIMER_MS, type KeepAliveOptions } from './keeper.js';
 import { validateInput } from './validation.js';
 
@@ -94,6 +95,8 @@ export class Lease implements AsyncDisposable {
   #release: Promise<LeaseStatus> | undefined;
   /** The driver error of the last renewal, kept as the cause if the deadline passes next. */
   #lastFailure: unknown;
+  /** Monotonic time the handle was made (the grant's answer), for the released event. */
+  readonly #grantedAt = performance.now();
 
   /** @internal Handles are made by {@link LeaseClient}. */
   constructor(calls: LeaseCalls, grant: Grant, keepAlive?: KeepAliveOptions) {
@@ -173,10 +176,23 @@ export class Lease implements AsyncDisposable {
           `pg_lease: lease on ${JSON.stringify(this.key)} (epoch ${this.epoch}) was released`,
         ),
       );
-      this.#release = this.#calls.release(this.key, this.owner, this.epoch).catch((error) => {
-        this.#release = undefined; // a failed release may be retried
-        throw error;
-      });
+      const sentAt = performance.now();
+      this.#release = this.#calls.release(this.key, this.owner, this.epoch).then(
+        (status) => {
+          if (observed('released'))
+            publish('released', {
+              ...this.#identity(),
+              status,
+              latencyMs: performance.now() - sentAt,
+              heldMs: performance.now() - this.#grantedAt,
+            });
+          return status;
+        },
+        (error: unknown) => {
+          this.#release = undefined; // a failed release may be retried
+          throw error;
+        },
+      );
     }
     return this.#release;
   }
@@ -202,6 +218,15 @@ export class Lease implements AsyncDisposable {
       call = await this.#calls.renew(this.key, this.owner, this.epoch, ttlMicroseconds);
     } catch (error) {
       this.#lastFailure = error;
+      if (observed('renewalFailed')) {
+        const timeLeftMs = Math.max(0, this.#deadline - performance.now());
+        publish('renewalFailed', {
+          ...this.#identity(),
+          error,
+          retrying: this.#keeper !== undefined && !this.signal.aborted && timeLeftMs > 0,
+          timeLeftMs,
+        });
+      }
       throw error;
     }
     this.#lastFailure = undefined;
@@ -216,6 +241,12 @@ export class Lease implements AsyncDisposable {
     this.#deadline = call.sentAt + (call.remainingMs ?? 0);
     this.#armDeadline();
     this.#throwIfEnded();
+    if (observed('renewed'))
+      publish('renewed', {
+        ...this.#identity(),
+        expiresAt: this.#expiresAt,
+        latencyMs: performance.now() - call.sentAt,
+      });
     return this.#expiresAt;
   }
 
@@ -236,7 +267,19 @@ export class Lease implements AsyncDisposable {
 
   #lose(status: LostStatus, cause?: unknown): void {
     if (this.signal.aborted) return;
-    this.#stop(new LeaseLostError(status, this, cause === undefined ? undefined : { cause }));
+    const error = new LeaseLostError(status, this, cause === undefined ? undefined : { cause });
+    this.#stop(error);
+    if (observed('lost'))
+      publish('lost', {
+        ...this.#identity(),
+        reason: status,
+        source: status === 'expired' ? 'deadline' : 'server',
+        error,
+      });
+  }
+
+  #identity(): { key: string; owner: string; epoch: bigint } {
+    return { key: this.key, owner: this.owner, epoch: this.epoch };
   }
 
   #stop(reason: LeaseError): void {

@@ -1,0 +1,209 @@
+/**
+ * What the client reports about leases, for logs, metrics and traces: one
+ * `node:diagnostics_channel` channel per kind of event.
+ *
+ * Why diagnostics_channel and not an EventEmitter on the client: it is how Node's own modules
+ * and libraries such as undici report what they do, so APM agents and metric exporters already
+ * know how to consume it; a subscriber needs no reference to the {@link LeaseClient} (which a
+ * library may create internally), one subscription covers every client in the process; and with
+ * nobody subscribed it costs one property read per event: the client checks
+ * the channel's `hasSubscribers` before it builds a message, and builds nothing otherwise.
+ *
+ * Subscribers run synchronously inside the client's code path. They must be quick and must not
+ * throw: Node reports a subscriber's exception as an uncaught exception (on the next tick) and
+ * carries on, so a throwing subscriber does not disturb the lease, but it may end the process.
+ *
+ * @example
+ * import { subscribeLeaseEvents } from 'pg-lease';
+ * const unsubscribe = subscribeLeaseEvents({
+ *   lost: (event) => console.warn(`lost ${event.key} (${event.reason}, by ${event.source})`),
+ * });
+ */
+import diagnostics_channel from 'node:diagnostics_channel';
+import type { LeaseLostError, LostStatus } from './errors.js';
+
+/** Fields every event about a grant carries. */
+export interface LeaseEventBase {
+  key: string;
+  owner: string;
+  /** The grant's fencing epoch. */
+  epoch: bigint;
+}
+
+/**
+ * A key was granted: `waitedMs` is the time from sending the acquire to its answer, so it
+ * includes any `wait` for another owner to let go.
+ *
+ * @example
+ * import type { AcquiredEvent } from 'pg-lease';
+ * const log = (e: AcquiredEvent) => console.log(`${e.key} epoch ${e.epoch} after ${e.waitedMs} ms`);
+ */
+export interface AcquiredEvent extends LeaseEventBase {
+  expiresAt: Date;
+  waitedMs: number;
+}
+
+/**
+ * An acquire got no grant: `held` (another owner holds the key, `wait` 0) or `timeout` (the
+ * `wait` ran out).
+ *
+ * @example
+ * import type { NotAcquiredEvent } from 'pg-lease';
+ * const busy = (e: NotAcquiredEvent) => e.reason === 'timeout';
+ */
+export interface NotAcquiredEvent {
+  key: string;
+  owner: string;
+  reason: 'held' | 'timeout';
+  waitedMs: number;
+}
+
+/**
+ * A renewal succeeded (automatic or `lease.renew()`); `latencyMs` is its round trip.
+ *
+ * @example
+ * import type { RenewedEvent } from 'pg-lease';
+ * const slow = (e: RenewedEvent) => e.latencyMs > 1_000;
+ */
+export interface RenewedEvent extends LeaseEventBase {
+  expiresAt: Date;
+  latencyMs: number;
+}
+
+/**
+ * A renewal could not reach a verdict: the call failed (connection refused, server restarting,
+ * a timeout...). `retrying` tells whether keep-alive will try again (it does while the lease's
+ * deadline has not passed); `timeLeftMs` is what is left until that deadline. A renewal the
+ * server answered with a status other than `ok` is not a failure but a {@link LostEvent}.
+ *
+ * @example
+ * import type { RenewalFailedEvent } from 'pg-lease';
+ * const urgent = (e: RenewalFailedEvent) => e.timeLeftMs < 5_000;
+ */
+export interface RenewalFailedEvent extends LeaseEventBase {
+  error: unknown;
+  retrying: boolean;
+  timeLeftMs: number;
+}
+
+/**
+ * The lease was lost. `source` keeps the two kinds of loss apart:
+ * - `server`: the server answered a renewal with `not_owner`, `lapsed` or `epoch_mismatch`
+ *   (`reason`): the lease is gone for certain.
+ * - `deadline`: the client's deadline passed without a confirmed renewal (`reason` `expired`),
+ *   typically because the server could not be reached; `error` then has the last failure as
+ *   its `cause`.
+ *
+ * @example
+ * import type { LostEvent } from 'pg-lease';
+ * const unreachable = (e: LostEvent) => e.source === 'deadline';
+ */
+export interface LostEvent extends LeaseEventBase {
+  reason: LostStatus;
+  source: 'server' | 'deadline';
+  /** The {@link LeaseLostError} the lease's `signal` aborted with. */
+  error: LeaseLostError;
+}
+
+/**
+ * A release was answered: `status` `ok`, or why the lease was already gone.
+ *
+ * @example
+ * import type { ReleasedEvent } from 'pg-lease';
+ * const clean = (e: ReleasedEvent) => e.status === 'ok';
+ */
+export interface ReleasedEvent extends LeaseEventBase {
+  status: 'ok' | 'not_owner' | 'lapsed' | 'epoch_mismatch';
+  latencyMs: number;
+  /** How long the lease was held, from its acquire's answer to this release's answer. */
+  heldMs: number;
+}
+
+/** Each event kind and its message. */
+export interface LeaseEvents {
+  acquired: AcquiredEvent;
+  notAcquired: NotAcquiredEvent;
+  renewed: RenewedEvent;
+  renewalFailed: RenewalFailedEvent;
+  lost: LostEvent;
+  released: ReleasedEvent;
+}
+
+/**
+ * The diagnostics_channel name of each event kind.
+ *
+ * @example
+ * import diagnostics_channel from 'node:diagnostics_channel';
+ * import { LEASE_CHANNELS, type LostEvent } from 'pg-lease';
+ * diagnostics_channel.subscribe(LEASE_CHANNELS.lost, (message) => {
+ *   const event = message as LostEvent;
+ *   console.warn(`lost ${event.key}: ${event.reason}`);
+ * });
+ */
+export const LEASE_CHANNELS = {
+  acquired: 'pg-lease:acquired',
+  notAcquired: 'pg-lease:not-acquired',
+  renewed: 'pg-lease:renewed',
+  renewalFailed: 'pg-lease:renewal-failed',
+  lost: 'pg-lease:lost',
+  released: 'pg-lease:released',
+} as const satisfies Record<keyof LeaseEvents, string>;
+
+const channels = {
+  acquired: diagnostics_channel.channel(LEASE_CHANNELS.acquired),
+  notAcquired: diagnostics_channel.channel(LEASE_CHANNELS.notAcquired),
+  renewed: diagnostics_channel.channel(LEASE_CHANNELS.renewed),
+  renewalFailed: diagnostics_channel.channel(LEASE_CHANNELS.renewalFailed),
+  lost: diagnostics_channel.channel(LEASE_CHANNELS.lost),
+  released: diagnostics_channel.channel(LEASE_CHANNELS.released),
+};
+
+/**
+ * Handlers for {@link subscribeLeaseEvents}, one per event kind, each optional.
+ *
+ * @example
+ * import type { LeaseEventHandlers } from 'pg-lease';
+ * const handlers: LeaseEventHandlers = { acquired: (e) => console.log(e.key) };
+ */
+export type LeaseEventHandlers = {
+  [K in keyof LeaseEvents]?: (event: LeaseEvents[K]) => void;
+};
+
+/**
+ * Subscribes the given handlers to their channels; returns a function that unsubscribes them.
+ *
+ * @example
+ * import { subscribeLeaseEvents } from 'pg-lease';
+ * const stop = subscribeLeaseEvents({
+ *   renewalFailed: (e) => console.warn(`renew of ${e.key} failed, ${e.timeLeftMs} ms left`),
+ * });
+ * // ... later
+ * stop();
+ */
+export function subscribeLeaseEvents(handlers: LeaseEventHandlers): () => void {
+  const subscribed: [string, (message: unknown) => void][] = [];
+  for (const kind of Object.keys(LEASE_CHANNELS) as (keyof LeaseEvents)[]) {
+    const handler = handlers[kind] as ((event: unknown) => void) | undefined;
+    if (!handler) continue;
+    const listener = (message: unknown) => handler(message);
+    diagnostics_channel.subscribe(LEASE_CHANNELS[kind], listener);
+    subscribed.push([LEASE_CHANNELS[kind], listener]);
+  }
+  return () => {
+    for (const [name, listener] of subscribed.splice(0))
+      diagnostics_channel.unsubscribe(name, listener);
+  };
+}
+
+/**
+ * Whether anyone listens for `kind`; the hooks in client.ts and lease.ts build a message only
+ * then. @internal
+ */
+export function observed(kind: keyof LeaseEvents): boolean {
+  return channels[kind].hasSubscribers;
+}
+
+/** Publishes one event; call it only when {@link observed}. @internal */
+export function publish<K extends keyof LeaseEvents>(kind: K, message: LeaseEvents[K]): void {
+  channels[kind].publish(message);
+}

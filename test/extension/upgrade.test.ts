@@ -181,8 +181,18 @@ describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0', () => {
       await db.query(`SELECT pg_sleep(0.01)`);
       const before = (await db.query(`SELECT * FROM lease.leases ORDER BY key`)).rows;
       await db.query('ALTER EXTENSION pg_lease UPDATE');
-      const afterUpdate = (await db.query(`SELECT * FROM lease.leases ORDER BY key`)).rows;
+      const afterUpdate = (
+        await db.query(`SELECT key, owner, epoch, expires_at FROM lease.leases ORDER BY key`)
+      ).rows;
       assert.deepEqual(afterUpdate, before);
+      // 0.2.0 adds released_at: keys free at the update count as released then (for purge).
+      const released = await db.query(
+        `SELECT key FROM lease.leases WHERE released_at IS NOT NULL ORDER BY key`,
+      );
+      assert.deepEqual(
+        released.rows.map((r) => r.key),
+        ['bumped', 'released'],
+      );
       const seen = await db.query(
         `SELECT k, i.* FROM unnest(ARRAY['held', 'released', 'lapsed', 'bumped']) AS k,
                 LATERAL lease.inspect(k) AS i ORDER BY k`,

@@ -7,7 +7,7 @@
  * synchronous_commit cannot be trusted for that, and a setting raised by
  * the call itself could be lowered again before COMMIT (SET LOCAL, a
  * function's SET clause, a pooler's session default).  So the decision is
- * taken at commit time: every write of lease.leases queues this deferred
+ * taken at commit time: every insert and update of lease.leases queues this deferred
  * constraint trigger, which PostgreSQL fires while committing, before the
  * commit record is written, and which raises synchronous_commit for that
  * commit when the setting then in force would not wait for what is
@@ -52,9 +52,14 @@ $function$;
 
 REVOKE ALL ON FUNCTION lease._durable_commit() FROM PUBLIC;
 
+-- Not on DELETE: only lease.purge deletes, and a purge need not be durable
+-- by itself.  Lost in a crash, it is lost whole (the rows and the floor come
+-- back together); and any grant that relied on it commits after it in the
+-- WAL, so that grant's durable commit flushes the purge too.  A trigger
+-- event per deleted row made a purge of 1M keys three times slower.
 DROP TRIGGER IF EXISTS leases_durable_commit ON lease.leases;
 CREATE CONSTRAINT TRIGGER leases_durable_commit
-    AFTER INSERT OR UPDATE OR DELETE ON lease.leases
+    AFTER INSERT OR UPDATE ON lease.leases
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION lease._durable_commit();
 ALTER TABLE lease.leases ENABLE ALWAYS TRIGGER leases_durable_commit;

@@ -12,7 +12,7 @@
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { PgCluster } from '../src/testing/index.js';
+import { PgCluster } from 'pg-lease-testing';
 
 const LIVE_KEYS = 64;
 const RENEWERS = 4;

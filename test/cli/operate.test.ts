@@ -8,7 +8,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { LeaseClient } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { uniqueKey, waitFor } from '../client/helpers.js';
+import { uniqueKey, waitFor } from '../support/helpers.js';
 import { CLI, parseJson, runCli } from './helpers.js';
 
 let db: TestDatabase;

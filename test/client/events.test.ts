@@ -15,8 +15,8 @@ import {
   subscribeLeaseEvents,
   type LeaseEvents,
 } from '../../src/index.js';
-import { PgCluster } from '../../src/testing/index.js';
-import { abortReason, uniqueKey, waitFor } from './helpers.js';
+import { PgCluster } from 'pg-lease-testing';
+import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
 let cluster: PgCluster;
 let pool: pg.Pool;

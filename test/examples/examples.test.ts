@@ -9,7 +9,7 @@ import { LeaseClient, LeaseLostError } from '../../src/index.js';
 import { logLeaseEvents } from '../../examples/log-events.js';
 import { leaseMetrics } from '../../examples/prometheus-metrics.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { uniqueKey } from '../client/helpers.js';
+import { uniqueKey } from '../support/helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;
@@ -44,7 +44,10 @@ describe('examples/prometheus-metrics', () => {
   test('counters, histograms and the held gauge follow the events', async () => {
     const registry = new Registry();
     const prefix = uniqueKey('metrics');
-    const metrics = leaseMetrics({ registry, keyLabel: (key) => key.split(':')[0]! });
+    const metrics = leaseMetrics({
+      registry,
+      keyLabel: (key) => key.slice(0, key.lastIndexOf(':')),
+    });
     try {
       const mid = (await client.acquire(`${prefix}:held`, { ttl: '30s' }))!;
       let text = await registry.metrics();

@@ -20,9 +20,9 @@ import {
   renew,
   renewCall,
   sleepPast,
-  uniqueKey,
   type Queryable,
 } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
 import { createRole } from '../support/roles.js';
 import { Isolation } from '../support/sessions.js';
 

@@ -16,7 +16,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { acquire, inspect, release, renew, uniqueKey } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
+import { acquire, inspect, release, renew } from '../support/lease-calls.js';
 
 const WORKERS = 4;
 const CALLS_PER_WORKER = 150;

@@ -537,7 +537,8 @@ REVOKE ALL ON FUNCTION lease._durable_commit() FROM PUBLIC;
 -- by itself.  Lost in a crash, it is lost whole (the rows and the floor come
 -- back together); and any grant that relied on it commits after it in the
 -- WAL, so that grant's durable commit flushes the purge too.  A trigger
--- event per deleted row made a purge of 1M keys three times slower.
+-- event per deleted row made a purge of 1M keys in one call take 9.3 s
+-- instead of 5.7 s (bench/ANALYSIS.md, section 5b).
 DROP TRIGGER IF EXISTS leases_durable_commit ON lease.leases;
 CREATE CONSTRAINT TRIGGER leases_durable_commit
     AFTER INSERT OR UPDATE ON lease.leases

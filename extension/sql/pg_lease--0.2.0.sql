@@ -1568,8 +1568,9 @@ COMMENT ON FUNCTION lease.bind_owners(boolean) IS
  * an object is created, and a 0.1.0 installation may hold grants made
  * since.  So every relation and function in schema lease ends with exactly
  * these: its owner's, and EXECUTE for PUBLIC on the API (the functions
- * whose names do not start with "_"); nobody may read or write the table
- * directly.  A fresh install and an update therefore end alike.
+ * whose names do not start with "_"; lease.purge instead keeps EXECUTE for
+ * the extension's owner and whom it granted it to); nobody may read or
+ * write the table directly.  A fresh install and an update therefore end alike.
  */
 DO $privileges$
 DECLARE
@@ -1592,6 +1593,12 @@ BEGIN
          WHERE p.pronamespace = 'lease'::pg_catalog.regnamespace
            AND a.grantee <> p.proowner
            AND NOT (a.grantee = 0 AND a.privilege_type = 'EXECUTE' AND p.proname !~ '^_')
+           -- lease.purge is not PUBLIC's: it keeps its grant to the extension's
+           -- owner and the grants that owner made with it (80-list-purge.sql).
+           AND NOT (p.oid = 'lease.purge(interval, pg_catalog.int8)'::pg_catalog.regprocedure
+                    AND (a.grantor <> p.proowner
+                         OR a.grantee = (SELECT e.extowner FROM pg_catalog.pg_extension AS e
+                                          WHERE e.extname = 'pg_lease')))
     LOOP
         EXECUTE 'REVOKE ALL ON ' || v_object.name || ' FROM ' || v_object.grantee || ' CASCADE';
     END LOOP;

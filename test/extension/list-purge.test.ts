@@ -7,6 +7,7 @@
  * never by sleeping for an older_than: the test then holds on a loaded machine.
  */
 import assert from 'node:assert/strict';
+import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
@@ -24,6 +25,7 @@ import {
 } from '../support/lease-calls.js';
 import { uniqueKey } from '../support/helpers.js';
 import { createRole } from '../support/roles.js';
+import { PACKAGE_ROOT, PgCluster } from 'pg-lease-testing';
 import { Isolation } from '../support/sessions.js';
 
 interface Listed {
@@ -414,6 +416,45 @@ describe('who may purge', () => {
     } finally {
       await app.drop();
       await installer.drop();
+    }
+  });
+});
+
+/** The released 0.1.0 install script, kept as a test fixture (it is not installable). */
+const FIXTURE_0_1_0 = path.join(PACKAGE_ROOT, 'extension', 'test', 'fixtures', 'pg_lease--0.1.0.sql');
+
+describe('who may purge after an update from 0.1.0', () => {
+  test('the role that installed 0.1.0 and updates it may purge; PUBLIC still may not', async () => {
+    await using cluster = await PgCluster.start({ extraExtensionFiles: [FIXTURE_0_1_0] });
+    const url = await cluster.createDatabase(undefined, { extension: false });
+    const suffix = Math.random().toString(36).slice(2, 8);
+    const installer = `pgl_installer_${suffix}`;
+    const app = `pgl_app_${suffix}`;
+    await cluster.query(`CREATE ROLE ${installer} LOGIN; CREATE ROLE ${app} LOGIN`);
+    const database = new URL(url).pathname.slice(1);
+    await cluster.query(`GRANT CREATE ON DATABASE ${database} TO ${installer}`);
+    const as = async (role: string) => {
+      const parsed = new URL(url);
+      parsed.username = role;
+      const client = new pg.Client({ connectionString: parsed.toString() });
+      await client.connect();
+      return client;
+    };
+    const asInstaller = await as(installer);
+    const asApp = await as(app);
+    try {
+      await asInstaller.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
+      const granted = await acquire(asApp, 'k', 'app', '1 hour');
+      await release(asApp, 'k', 'app', granted.epoch);
+      await asInstaller.query('ALTER EXTENSION pg_lease UPDATE');
+      assert.equal((await pgError(asApp.query("SELECT lease.purge('0')"))).code, '42501');
+      // Free at the update counts as released then: 0 purges it, an hour does not.
+      assert.equal(await purge(asInstaller, '1 hour'), 0);
+      assert.equal(await purge(asInstaller, '0'), 1);
+      assert.equal((await acquire(asApp, 'k', 'app', '1 hour')).epoch, granted.epoch! + 2n);
+    } finally {
+      await asApp.end();
+      await asInstaller.end();
     }
   });
 });

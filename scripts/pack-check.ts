@@ -153,6 +153,12 @@ try {
   ];
   if ([...tarballFiles(client)].some((file) => /^dist\/(test|scripts|bench)\//.test(file)))
     problems.push('pg-lease: ships compiled tests, scripts or benchmarks');
+  for (const [name, tarball] of [
+    ['pg-lease', client],
+    ['pg-lease-testing', harness],
+  ] as const)
+    for (const file of tarballFiles(tarball))
+      if (file.endsWith('.tsbuildinfo')) problems.push(`${name}: ships build state ${file}`);
   if (problems.length > 0)
     throw new Error(`the tarballs are not right:\n- ${problems.join('\n- ')}`);
 

@@ -55,7 +55,7 @@ export interface LeaseClientOptions {
  * const options: AcquireOptions = { ttl: '30s', wait: '10s', keepAlive: true };
  */
 export interface AcquireOptions {
-  /** How long the grant lasts unless renewed: milliseconds or interval text (`'30s'`). */
+  /** How long the grant lasts unless renewed: whole milliseconds or interval text with a unit (`'30s'`). */
   ttl: Duration;
   /**
    * How long to wait for a key held by another owner. Default 0: answer at once (`null` when

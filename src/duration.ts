@@ -13,8 +13,10 @@
  */
 
 /**
- * A duration: a number of milliseconds, or PostgreSQL interval text such as `'30s'`,
- * `'1 min 30 sec'`, `'00:01:30'`, `'PT1M30S'` or `'2 hours ago'`.
+ * A duration: a whole number of milliseconds, or PostgreSQL interval text with a unit such as
+ * `'30s'`, `'500ms'`, `'1 min 30 sec'`, `'00:01:30'` or `'PT1M30S'`. Text that is only a number
+ * (`'30'`, which PostgreSQL reads as seconds) and fractions of a millisecond are refused; see
+ * docs/client.md, "Durations".
  *
  * @example
  * import type { Duration } from 'pg-lease';

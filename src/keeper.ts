@@ -23,7 +23,7 @@ import { LeaseError } from './errors.js';
 export interface KeepAliveOptions {
   /**
    * Time between renewals. Default: a third of the ttl, which leaves two more attempts before
-   * the lease would lapse. Must be shorter than the ttl to be of any use.
+   * the lease would lapse. Must be shorter than the ttl (acquire refuses it otherwise).
    */
   interval?: Duration;
 }

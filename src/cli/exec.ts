@@ -3,7 +3,9 @@
  * a file lock, but fenced and across machines.
  */
 import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
 import * as os from 'node:os';
+import * as path from 'node:path';
 import { LeaseClient } from '../client.js';
 import { LeaseInvalidInputError, LeaseTimeoutError } from '../errors.js';
 import { checkDuration } from '../validation.js';
@@ -113,7 +115,9 @@ export async function execCommand(args: string[]): Promise<number> {
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       warn(`cannot run ${command[0]}: ${(error as Error).message}`);
-      return code === 'ENOENT' ? EXIT.NOT_FOUND : EXIT.CANNOT_EXECUTE;
+      return code === 'ENOENT' || (code === 'EACCES' && !onPath(command[0]!))
+        ? EXIT.NOT_FOUND
+        : EXIT.CANNOT_EXECUTE;
     } finally {
       clearTimeout(killTimer);
       lease.signal.removeEventListener('abort', onLoss);
@@ -142,4 +146,16 @@ function graceMilliseconds(text: string): number {
   const grace = checkDuration('grace', text, 'non-negative');
   if (grace.violation !== undefined) throw new LeaseInvalidInputError(grace.violation);
   return grace.microseconds / 1000;
+}
+
+/**
+ * Whether the command exists: a path as given, a bare name in some PATH directory. Node reports
+ * EACCES for a name it did not find when a PATH directory was unreadable (root's PATH under
+ * another user); like a shell, that is "not found" (127), not "cannot execute" (126).
+ */
+function onPath(command: string): boolean {
+  if (command.includes('/')) return fs.existsSync(command);
+  return (process.env.PATH ?? '')
+    .split(path.delimiter)
+    .some((dir) => dir !== '' && fs.existsSync(path.join(dir, command)));
 }

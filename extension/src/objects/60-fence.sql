@@ -13,42 +13,41 @@
  * The lock mode is FOR SHARE, the weakest mode that an UPDATE of non-key
  * columns waits for.  Several fenced transactions of the same holder run side
  * by side.  FOR KEY SHARE would not do: it is compatible with such UPDATEs,
- * so it neither stops a takeover nor notices one (it may lock a superseded
- * row version and report its old epoch, under any isolation level).  Under
+ * so it neither blocks a renew, release or takeover nor waits for one, and
+ * under REPEATABLE READ it locks a row version superseded after the
+ * snapshot without an error, accepting the epoch that row carried.  Under
  * REPEATABLE READ and SERIALIZABLE, locking a row that changed after the
  * snapshot raises 40001, so a fence there answers from committed state or
  * fails: it never accepts a grant that ended after its snapshot.
  *
- * "Live" is decided with a clock reading taken after the lock is held.  The
- * scan also filters on the clock, to skip a lapsed row without locking it;
- * that reading decides nothing.
+ * "Live" is decided with a clock reading taken after the lock is held, so a
+ * fence that waited for the lock (behind a renew or release in progress)
+ * does not accept a grant that lapsed meanwhile.  The scan also filters on
+ * the clock, to pass over a lapsed row without locking it; that reading
+ * decides nothing.
  *
- * A refused fence holds no lock that can delay the holder:
- *   1. The common case takes the lock with SKIP LOCKED, so it never waits.
- *      It locks only the row version that carries p_epoch, a holder and a
- *      future expiry.  It refuses after locking only when the grant lapsed in
- *      the microseconds between the scan and the clock reading: then the
- *      lock can delay a takeover (never a holder: there is none) until the
- *      refused transaction ends.
- *   2. Otherwise a plain read of the committed state decides.  A grant that
- *      is not live in committed state can never be live again (epochs only
- *      grow and a lapse is final), so the fence refuses at once, without
- *      waiting for whatever transaction is changing the row.
- *   3. Committed state shows p_epoch live, yet step 1 found nothing: another
- *      transaction is changing the row (a renew, release or takeover in
- *      progress), or it changed since step 1's snapshot.  Wait for the lock
- *      in a subtransaction.  Under READ COMMITTED the wait ends on the newest
- *      row version (the executor rechecks the WHERE on it and keeps the lock
- *      even when the recheck fails); refusing raises a private SQLSTATE
- *      that rolls the subtransaction back, and the lock with it.  Then
- *      decide again from step 2.
+ * What the fence waits for: only a transaction that is changing the row of
+ * a grant live under p_epoch (a renew or release in progress).  The scan
+ * reads the row version of its snapshot, and only a version that carries
+ * p_epoch, a holder and a future expiry is locked; so a grant that is over
+ * in committed state (taken over, released, lapsed, or another epoch) is
+ * refused at once, also while a takeover of the key is uncommitted.  Under
+ * READ COMMITTED a wait ends on the newest row version, which the executor
+ * checks against the WHERE clause again: a release that committed meanwhile
+ * makes the fence refuse, a renew lets it pass.
+ *
+ * A refused fence leaves no lock behind: its error aborts the caller's
+ * transaction (or the caller's subtransaction, if it catches the error),
+ * and an aborted transaction's row locks are gone at once, before the
+ * client's ROLLBACK.  So a stale writer never delays the holder.
  *
  * The cost, documented in the README: while a fenced transaction is open,
  * the holder's own renew and release, and any takeover once the grant
  * lapses, wait for it.  Fenced transactions must stay short next to the ttl.
  *
  * Refusal: SQLSTATE PLF01, message "pg_lease: stale epoch", DETAIL naming
- * the key, the epoch presented and what stands now.  Invalid input (a key
+ * the key, the epoch presented and what stands now, read from committed
+ * state (under REPEATABLE READ: from the snapshot).  Invalid input (a key
  * that is NULL, empty or over 1000 bytes, a NULL epoch): 22023 as everywhere
  * (§3), checked once nothing matched, since a matching row proves the key
  * valid and the epoch not NULL.
@@ -68,27 +67,31 @@ DECLARE
     v_owner      text;
     v_epoch      bigint;
     v_expires_at timestamptz;
+    v_validated  boolean := false;
 BEGIN
-    -- 1. The live grant's row, locked without waiting.
-    SELECT l.expires_at
-      INTO v_expires_at
-      FROM lease.leases AS l
-     WHERE l.key = p_key COLLATE pg_catalog."C"
-       AND l.epoch = p_epoch
-       AND l.owner IS NOT NULL
-       AND l.expires_at > pg_catalog.clock_timestamp()
-       FOR SHARE SKIP LOCKED;
-    v_now := pg_catalog.clock_timestamp();
-    IF v_now < v_expires_at THEN
-        RETURN;
-    END IF;
-
-    IF (lease._is_plain_text(p_key) AND p_epoch IS NOT NULL) IS NOT TRUE THEN
-        PERFORM lease._validate('fence'::text, p_key, NULL::text, p_epoch, NULL::interval, NULL::interval);
-    END IF;
-
     LOOP
-        -- 2. What stands in committed state (this statement's snapshot).
+        -- The live grant's row, locked; then the clock.
+        SELECT l.expires_at
+          INTO v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C"
+           AND l.epoch = p_epoch
+           AND l.owner IS NOT NULL
+           AND l.expires_at > pg_catalog.clock_timestamp()
+           FOR SHARE;
+        v_now := pg_catalog.clock_timestamp();
+        IF v_now < v_expires_at THEN
+            RETURN;
+        END IF;
+
+        IF NOT v_validated
+           AND (lease._is_plain_text(p_key) AND p_epoch IS NOT NULL) IS NOT TRUE THEN
+            PERFORM lease._validate('fence'::text, p_key, NULL::text, p_epoch, NULL::interval, NULL::interval);
+        END IF;
+        v_validated := true;
+
+        -- Refused: what stands now.  If that is the grant of p_epoch, live
+        -- (it committed after the snapshot of the scan above), try again.
         SELECT l.owner, l.epoch, l.expires_at
           INTO v_owner, v_epoch, v_expires_at
           FROM lease.leases AS l
@@ -97,26 +100,6 @@ BEGIN
         v_now := pg_catalog.clock_timestamp();
         EXIT WHEN NOT v_found OR v_owner IS NULL OR v_epoch <> p_epoch
                OR v_now >= v_expires_at;
-
-        -- 3. Live, but the row is being changed: wait for it.
-        BEGIN
-            SELECT l.expires_at
-              INTO v_expires_at
-              FROM lease.leases AS l
-             WHERE l.key = p_key COLLATE pg_catalog."C"
-               AND l.epoch = p_epoch
-               AND l.owner IS NOT NULL
-               FOR SHARE;
-            v_now := pg_catalog.clock_timestamp();
-            IF v_now < v_expires_at THEN
-                RETURN;
-            END IF;
-            -- Not live after all: undo the lock the wait may have taken.
-            RAISE EXCEPTION USING ERRCODE = 'PLL02';
-        EXCEPTION
-            WHEN SQLSTATE 'PLL02' THEN
-                NULL;
-        END;
     END LOOP;
 
     RAISE EXCEPTION 'pg_lease: stale epoch'

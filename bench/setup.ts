@@ -172,6 +172,12 @@ export async function setupBenchDatabase(
         );
       }
     }
+    // W4's business table: one row per client and arm, written under a lease or bare.
+    await client.query('CREATE SCHEMA app');
+    await client.query(
+      `CREATE TABLE app.jobs (key text COLLATE "C" PRIMARY KEY, epoch bigint NOT NULL, n bigint NOT NULL)
+         WITH (fillfactor = 70)`,
+    );
     if (cluster.installation.major >= 15)
       await client.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
   });

@@ -17,7 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { PgCluster, findInstallation, type InstallationRequest } from '../src/testing/index.js';
+import { PgCluster, findInstallation, type InstallationRequest } from 'pg-lease-testing';
 import { percentile } from './stats.js';
 
 const SETTINGS = {

@@ -10,7 +10,7 @@ import {
   STALE_EPOCH_MESSAGE,
 } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { uniqueKey, waitFor } from './helpers.js';
+import { uniqueKey, waitFor } from '../support/helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;

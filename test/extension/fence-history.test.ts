@@ -30,7 +30,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { createFencedTable, STALE_EPOCH } from '../support/fence.js';
-import { micros, uniqueKey } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
+import { micros } from '../support/lease-calls.js';
 
 const WORKERS = 5;
 const KEYS = 2;

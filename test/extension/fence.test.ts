@@ -27,9 +27,9 @@ import {
   releaseCall,
   renewCall,
   sleepPast,
-  uniqueKey,
   type Queryable,
 } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
 import { createRole, type TestRole } from '../support/roles.js';
 import { Isolation, StepBlockedError } from '../support/sessions.js';
 

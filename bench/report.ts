@@ -329,6 +329,12 @@ export function summaryMarkdown(summary: Summary, env: Environment, folder: stri
       metric: 'p50',
       target: 'T9',
     },
+    {
+      label: 'fenced_row UPDATE p50 (us)',
+      workload: 'W4-fenced-trigger',
+      op: 'fenced-row',
+      metric: 'p50',
+    },
   ];
   for (const h of headline) {
     for (const c of summary.settings.clients) {

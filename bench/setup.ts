@@ -178,6 +178,13 @@ export async function setupBenchDatabase(
       `CREATE TABLE app.jobs (key text COLLATE "C" PRIMARY KEY, epoch bigint NOT NULL, n bigint NOT NULL)
          WITH (fillfactor = 70)`,
     );
+    await client.query(
+      'CREATE TABLE app.jobs_fenced (LIKE app.jobs INCLUDING ALL) WITH (fillfactor = 70)',
+    );
+    await client.query(
+      `CREATE TRIGGER jobs_fenced_fence BEFORE INSERT OR UPDATE ON app.jobs_fenced
+         FOR EACH ROW EXECUTE FUNCTION lease.fence_row('key', 'epoch')`,
+    );
     if (cluster.installation.major >= 15)
       await client.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
   });

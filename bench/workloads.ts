@@ -28,7 +28,8 @@ export interface Arm {
 }
 
 /** Operations a log is split into. */
-export type OpId = 'cycle' | 'attempt' | 'acquire' | 'release' | 'renew' | 'inspect' | 'fenced';
+export type OpId =
+  'cycle' | 'attempt' | 'acquire' | 'release' | 'renew' | 'inspect' | 'fenced' | 'fenced-row';
 
 export interface OpSpec {
   id: OpId;
@@ -47,7 +48,8 @@ export interface Workload {
     | 'W3-acquire-release'
     | 'W3-renew'
     | 'W3-inspect'
-    | 'W4-fenced-write';
+    | 'W4-fenced-write'
+    | 'W4-fenced-trigger';
   file: string;
   title: string;
   scripts: ScriptKind[];
@@ -121,6 +123,22 @@ export const WORKLOADS: Workload[] = [
     defines: { epoch: -1 },
     keyPrefix: 'w4-',
   },
+  {
+    id: 'W4-fenced-trigger',
+    file: 'w4-fenced-trigger',
+    title: 'a one-row autocommit UPDATE of a table whose lease.fence_row trigger fences it',
+    scripts: ['lease', 'bare'],
+    ops: [
+      {
+        id: 'fenced-row',
+        positions: 'after-first',
+        calls: 1,
+        baseline: 'the same UPDATE on a table without the trigger',
+      },
+    ],
+    defines: { epoch: -1 },
+    keyPrefix: 'w4t-',
+  },
 ];
 
 /** The template of a workload's script for an arm. */
@@ -152,7 +170,7 @@ export function armScript(template: string, arm: Arm): string {
     .split('\n')
     .map((line) => {
       if (/^\s*--/.test(line)) return line;
-      let out = line.replace(/'(w1|w2|w3a|w3r|w3i|w4)-'/g, `'$1-${arm.keyTag}-'`);
+      let out = line.replace(/'(w1|w2|w3a|w3r|w3i|w4|w4t)-'/g, `'$1-${arm.keyTag}-'`);
       if (arm.schema)
         out = out.replace(/\blease\.(acquire|renew|release|inspect|fence)\(/g, `${arm.schema}.$1(`);
       out = out.replace(/\\gset\b/g, `\\gset ${tag}_`);

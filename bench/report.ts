@@ -322,6 +322,19 @@ export function summaryMarkdown(summary: Summary, env: Environment, folder: stri
       target: 'T6',
     },
     { label: 'W2-contend TPS', workload: 'W2-contend', op: 'attempt', metric: 'tps' },
+    {
+      label: 'fenced write p50 (us)',
+      workload: 'W4-fenced-write',
+      op: 'fenced',
+      metric: 'p50',
+      target: 'T9',
+    },
+    {
+      label: 'fenced_row UPDATE p50 (us)',
+      workload: 'W4-fenced-trigger',
+      op: 'fenced-row',
+      metric: 'p50',
+    },
   ];
   for (const h of headline) {
     for (const c of summary.settings.clients) {

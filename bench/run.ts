@@ -201,7 +201,9 @@ function armsFor(workload: Workload, arms: Arm[], quick: boolean): Arm[] {
       workload.scripts.includes(arm.script) &&
       (!quick || arm.id === 'lease' || arm.id === 'bare' || arm.role === 'candidate') &&
       // The variants explain per-call costs; the contention workload adds nothing to that.
-      !(workload.id === 'W2-contend' && arm.role === 'diagnostic'),
+      !(workload.id === 'W2-contend' && arm.role === 'diagnostic') &&
+      // The trigger calls the shipped lease.fence, which knows nothing of another arm's table.
+      !(workload.id === 'W4-fenced-trigger' && arm.role !== 'shipped' && arm.role !== 'baseline'),
   );
 }
 

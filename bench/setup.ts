@@ -172,6 +172,19 @@ export async function setupBenchDatabase(
         );
       }
     }
+    // W4's business table: one row per client and arm, written under a lease or bare.
+    await client.query('CREATE SCHEMA app');
+    await client.query(
+      `CREATE TABLE app.jobs (key text COLLATE "C" PRIMARY KEY, epoch bigint NOT NULL, n bigint NOT NULL)
+         WITH (fillfactor = 70)`,
+    );
+    await client.query(
+      'CREATE TABLE app.jobs_fenced (LIKE app.jobs INCLUDING ALL) WITH (fillfactor = 70)',
+    );
+    await client.query(
+      `CREATE TRIGGER jobs_fenced_fence BEFORE INSERT OR UPDATE ON app.jobs_fenced
+         FOR EACH ROW EXECUTE FUNCTION lease.fence_row('key', 'epoch')`,
+    );
     if (cluster.installation.major >= 15)
       await client.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
   });

@@ -28,7 +28,8 @@ export interface Arm {
 }
 
 /** Operations a log is split into. */
-export type OpId = 'cycle' | 'attempt' | 'acquire' | 'release' | 'renew' | 'inspect';
+export type OpId =
+  'cycle' | 'attempt' | 'acquire' | 'release' | 'renew' | 'inspect' | 'fenced' | 'fenced-row';
 
 export interface OpSpec {
   id: OpId;
@@ -41,7 +42,14 @@ export interface OpSpec {
 }
 
 export interface Workload {
-  id: 'W1-cycle' | 'W2-contend' | 'W3-acquire-release' | 'W3-renew' | 'W3-inspect';
+  id:
+    | 'W1-cycle'
+    | 'W2-contend'
+    | 'W3-acquire-release'
+    | 'W3-renew'
+    | 'W3-inspect'
+    | 'W4-fenced-write'
+    | 'W4-fenced-trigger';
   file: string;
   title: string;
   scripts: ScriptKind[];
@@ -99,6 +107,38 @@ export const WORKLOADS: Workload[] = [
     ],
     keyPrefix: 'w3i-',
   },
+  {
+    id: 'W4-fenced-write',
+    file: 'w4-fenced-write',
+    title: 'a one-row UPDATE of a business table in a transaction fenced by lease.fence',
+    scripts: ['lease', 'bare'],
+    ops: [
+      {
+        id: 'fenced',
+        positions: 'after-first',
+        calls: 1,
+        baseline: 'the same UPDATE in BEGIN/COMMIT, unfenced',
+      },
+    ],
+    defines: { epoch: -1 },
+    keyPrefix: 'w4-',
+  },
+  {
+    id: 'W4-fenced-trigger',
+    file: 'w4-fenced-trigger',
+    title: 'a one-row autocommit UPDATE of a table whose lease.fence_row trigger fences it',
+    scripts: ['lease', 'bare'],
+    ops: [
+      {
+        id: 'fenced-row',
+        positions: 'after-first',
+        calls: 1,
+        baseline: 'the same UPDATE on a table without the trigger',
+      },
+    ],
+    defines: { epoch: -1 },
+    keyPrefix: 'w4t-',
+  },
 ];
 
 /** The template of a workload's script for an arm. */
@@ -130,9 +170,9 @@ export function armScript(template: string, arm: Arm): string {
     .split('\n')
     .map((line) => {
       if (/^\s*--/.test(line)) return line;
-      let out = line.replace(/'(w1|w2|w3a|w3r|w3i)-'/g, `'$1-${arm.keyTag}-'`);
+      let out = line.replace(/'(w1|w2|w3a|w3r|w3i|w4|w4t)-'/g, `'$1-${arm.keyTag}-'`);
       if (arm.schema)
-        out = out.replace(/\blease\.(acquire|renew|release|inspect)\(/g, `${arm.schema}.$1(`);
+        out = out.replace(/\blease\.(acquire|renew|release|inspect|fence)\(/g, `${arm.schema}.$1(`);
       out = out.replace(/\\gset\b/g, `\\gset ${tag}_`);
       out = out.replace(/\\set (\w+)/g, `\\set ${tag}_$1`);
       out = out.replace(/(?<!:):([A-Za-z_]\w*)/g, (match, name: string) =>
@@ -251,5 +291,13 @@ export const TARGETS: Target[] = [
     metric: 'walRecords',
     limit: 0,
     ciLimit: 0.05,
+  },
+  {
+    id: 'T9',
+    description: 'fenced write (fence + one-row UPDATE) p50 <= 1.25x the same UPDATE unfenced',
+    op: 'fenced',
+    metric: 'p50',
+    limit: 1.25,
+    ciLimit: 1.5,
   },
 ];

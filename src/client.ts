@@ -7,6 +7,7 @@ import pg from 'pg';
 import type { Duration } from './duration.js';
 import { LeaseError, LeaseNotAcquiredError, LeaseTimeoutError, translateError } from './errors.js';
 import { observed, publish } from './events.js';
+import { fencedTransaction, type FencedOptions } from './fence.js';
 import type { KeepAliveOptions } from './keeper.js';
 import { Lease, type LeaseCalls, type LeaseStatus, type RenewCall } from './lease.js';
 import {
@@ -265,6 +266,32 @@ export class LeaseClient implements AsyncDisposable {
     await lease.release();
     if (lost) throw lost;
     return result;
+  }
+
+  /**
+   * Runs `fn` in a transaction fenced by `lease` (see {@link fencedTransaction}): its writes
+   * commit only while the grant is live, and no takeover, renew or release of the key commits
+   * before them. Rejects with {@link LeaseFencedError} when the server refuses the epoch, at
+   * the fence or at a `lease.fence_row` trigger. The holder's own keep-alive renew waits while
+   * the transaction is open, so keep it short next to the ttl.
+   *
+   * @example
+   * await client.withLease('job-42', { ttl: '30s' }, async (lease) => {
+   *   const result = await compute();
+   *   await client.fenced(lease, (tx) =>
+   *     tx.query('UPDATE jobs SET result = $1, lease_epoch = $2 WHERE id = 42', [
+   *       result,
+   *       lease.epoch.toString(),
+   *     ]),
+   *   );
+   * });
+   */
+  fenced<T>(
+    lease: Pick<Lease, 'key' | 'epoch'>,
+    fn: (tx: pg.ClientBase) => Promise<T> | T,
+    options?: FencedOptions,
+  ): Promise<T> {
+    return fencedTransaction(this.#db, lease, fn, options);
   }
 
   /**

@@ -16,6 +16,8 @@ export const SQLSTATE = {
   INVALID_PARAMETER_VALUE: '22023',
   /** `57014`: a blocking acquire ran out of wait, and also statement_timeout or a user cancel. */
   QUERY_CANCELED: '57014',
+  /** `PLF01`: `lease.fence` (or a `lease.fence_row` trigger) refused an epoch that is not live. */
+  STALE_EPOCH: 'PLF01',
 } as const;
 
 /**
@@ -38,6 +40,15 @@ export const INVALID_INPUT_MESSAGE = 'pg_lease: invalid input';
 export const ACQUIRE_TIMEOUT_MESSAGE = 'pg_lease: acquire timed out';
 
 /**
+ * Message of the server's fence refusal (SQLSTATE `PLF01`; the DETAIL says what stands now).
+ *
+ * @example
+ * import { STALE_EPOCH_MESSAGE } from 'pg-lease';
+ * error.message === STALE_EPOCH_MESSAGE;
+ */
+export const STALE_EPOCH_MESSAGE = 'pg_lease: stale epoch';
+
+/**
  * What went wrong, one value per situation:
  * - `invalid_input`: an argument breaks the server's input rules ({@link LeaseInvalidInputError}).
  * - `acquire_timeout`: a blocking acquire ran out of wait ({@link LeaseTimeoutError}).
@@ -45,6 +56,8 @@ export const ACQUIRE_TIMEOUT_MESSAGE = 'pg_lease: acquire timed out';
  * - `lease_lost`: the lease is gone or can no longer be confirmed ({@link LeaseLostError}).
  * - `lease_released`: the handle was released; the reason its `signal` carries afterwards.
  * - `in_transaction`: the connection is inside a transaction block, so the call was refused.
+ * - `stale_epoch`: a fenced transaction was refused: its epoch is not the key's live grant
+ *   ({@link LeaseFencedError}).
  *
  * @example
  * import type { LeaseErrorCode } from 'pg-lease';
@@ -56,7 +69,8 @@ export type LeaseErrorCode =
   | 'not_acquired'
   | 'lease_lost'
   | 'lease_released'
-  | 'in_transaction';
+  | 'in_transaction'
+  | 'stale_epoch';
 
 /**
  * Why a lease was lost: the server's status for a renew that did not succeed, or `expired` when
@@ -213,6 +227,44 @@ export class LeaseLostError extends LeaseError {
     this.key = lease.key;
     this.owner = lease.owner;
     this.epoch = lease.epoch;
+  }
+}
+
+/**
+ * The database refused a fenced write (SQLSTATE `PLF01`): the epoch it was fenced by is not the
+ * key's live grant, so nothing of the transaction was committed. Raised by
+ * {@link LeaseClient.fenced} for `lease.fence` and for `lease.fence_row` triggers fired by the
+ * callback's writes. `cause` is the driver error; `detail` is the server's account of what
+ * stands now (for a trigger, of the key the written row names).
+ *
+ * @example
+ * import { LeaseFencedError } from 'pg-lease';
+ * try {
+ *   await client.fenced(lease, (tx) => tx.query('UPDATE jobs SET done = true WHERE id = 42'));
+ * } catch (error) {
+ *   if (!(error instanceof LeaseFencedError)) throw error;
+ *   console.log(`epoch ${error.epoch} of ${error.key} is over: ${error.detail}`);
+ * }
+ */
+export class LeaseFencedError extends LeaseError {
+  override name = 'LeaseFencedError';
+  /** Always `PLF01`. */
+  readonly sqlState = SQLSTATE.STALE_EPOCH;
+  /** The key the transaction was fenced by. */
+  readonly key: string;
+  /** The epoch the transaction was fenced by: stale. */
+  readonly epoch: bigint;
+  /** The server's DETAIL: the key, the epoch presented and what stands now. */
+  readonly detail: string | undefined;
+
+  constructor(
+    grant: { key: string; epoch: bigint },
+    options?: ErrorOptions & { message?: string; detail?: string },
+  ) {
+    super('stale_epoch', options?.message ?? STALE_EPOCH_MESSAGE, options);
+    this.key = grant.key;
+    this.epoch = grant.epoch;
+    this.detail = options?.detail;
   }
 }
 

@@ -25,14 +25,22 @@ export {
   ACQUIRE_TIMEOUT_MESSAGE,
   INVALID_INPUT_MESSAGE,
   LeaseError,
+  LeaseFencedError,
   LeaseInvalidInputError,
   LeaseLostError,
   LeaseNotAcquiredError,
   LeaseTimeoutError,
   SQLSTATE,
+  STALE_EPOCH_MESSAGE,
   type LeaseErrorCode,
   type LostStatus,
 } from './errors.js';
+export {
+  fencedTransaction,
+  type FencedGrant,
+  type FencedIsolation,
+  type FencedOptions,
+} from './fence.js';
 export { parseInterval, type Duration } from './duration.js';
 export {
   installedPgLease,

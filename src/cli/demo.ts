@@ -1,15 +1,15 @@
 /**
  * `pg-lease demo`: the primitive at work, narrated as a timeline. Three workers race for a job;
  * the winner heartbeats, then hangs; its lease lapses and another worker takes over with a
- * greater epoch; the old holder is refused by the server and by a fenced write; other keys are
- * untouched. Runs on a throwaway server (or `--url`), in a few seconds, and cleans up.
+ * greater epoch; the old holder is refused by the server, and its late write is refused by the
+ * database itself (a `lease.fence_row` trigger on the output table); other keys are untouched. Runs on a throwaway server (or `--url`), in a few seconds, and cleans up.
  */
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { LeaseClient } from '../client.js';
-import { LeaseLostError } from '../errors.js';
+import { LeaseLostError, STALE_EPOCH_MESSAGE } from '../errors.js';
 import { installPgLease } from '../install.js';
 import { parseCommand } from './common.js';
 import { commandHelp } from './help.js';
@@ -62,34 +62,40 @@ export async function demoCommand(args: string[]): Promise<number> {
         : `pg_lease ${installed.version} is installed already.`,
     );
     await admin.query(
-      `CREATE TABLE ${table} (job text PRIMARY KEY, last_epoch bigint NOT NULL, result text)`,
+      `CREATE TABLE ${table} (job text PRIMARY KEY, lease_epoch bigint NOT NULL, result text)`,
     );
     tableCreated = true;
-    await admin.query(`INSERT INTO ${table} VALUES ($1, 0, NULL)`, [job]);
-    say(`The job's output lives in table ${table}; every write to it is fenced by the epoch:`);
-    say(`  UPDATE ${table} SET last_epoch = $epoch, result = $result`);
-    say(`   WHERE job = '${job}' AND last_epoch <= $epoch   -- a stale epoch updates nothing`);
+    await admin.query(
+      `CREATE TRIGGER ${table}_fence BEFORE INSERT OR UPDATE ON ${table}
+         FOR EACH ROW EXECUTE FUNCTION lease.fence_row('job', 'lease_epoch')`,
+    );
+    say(`The job's output lives in table ${table}, which the database fences itself:`);
+    say(`  CREATE TRIGGER ${table}_fence BEFORE INSERT OR UPDATE ON ${table}`);
+    say(`    FOR EACH ROW EXECUTE FUNCTION lease.fence_row('job', 'lease_epoch');`);
+    say(`Every row written must carry the writer's epoch, and it commits only while that epoch`);
+    say(`is the live grant of the row's key (job); any other write fails with SQLSTATE PLF01.`);
     say();
     say('Timeline (seconds since the race began):');
 
     const client = new LeaseClient(pool);
+    // A plain upsert: the trigger does the fencing, inside the writing transaction.
     const fencedWrite = async (who: string, epoch: bigint, result: string) => {
-      const { rowCount } = await pool.query(
-        `UPDATE ${table} SET last_epoch = $2, result = $3 WHERE job = $1 AND last_epoch <= $2`,
-        [job, epoch.toString(), result],
-      );
-      if (rowCount === 1) {
+      try {
+        await pool.query(
+          `INSERT INTO ${table} (job, lease_epoch, result) VALUES ($1, $2, $3)
+           ON CONFLICT (job) DO UPDATE SET lease_epoch = excluded.lease_epoch, result = excluded.result`,
+          [job, epoch.toString(), result],
+        );
         at(who, `fenced write "${result}" with epoch ${epoch}: accepted`);
-        return;
+      } catch (error) {
+        const { code, detail } = error as { code?: string; detail?: string };
+        if (code !== 'PLF01') throw error;
+        at(
+          who,
+          `fenced write "${result}" with epoch ${epoch}: REJECTED by the database: ` +
+            `${STALE_EPOCH_MESSAGE} (${detail})`,
+        );
       }
-      const { rows } = await pool.query<{ last_epoch: string }>(
-        `SELECT last_epoch::text FROM ${table} WHERE job = $1`,
-        [job],
-      );
-      at(
-        who,
-        `fenced write "${result}" with epoch ${epoch}: REJECTED (last_epoch is ${rows[0]!.last_epoch})`,
-      );
     };
 
     // 1. The race: all three ask at once; the server lets exactly one win.
@@ -159,13 +165,13 @@ export async function demoCommand(args: string[]): Promise<number> {
     await describe(client, job, at);
     await other.release();
 
-    const { rows } = await pool.query<{ last_epoch: string; result: string }>(
-      `SELECT last_epoch::text, result FROM ${table} WHERE job = $1`,
+    const { rows } = await pool.query<{ lease_epoch: string; result: string }>(
+      `SELECT lease_epoch::text, result FROM ${table} WHERE job = $1`,
       [job],
     );
     say();
     say(
-      `Final output of ${job}: "${rows[0]!.result}" written under epoch ${rows[0]!.last_epoch}; ` +
+      `Final output of ${job}: "${rows[0]!.result}" written under epoch ${rows[0]!.lease_epoch}; ` +
         `${winner.owner}'s late write never landed.`,
     );
   } finally {

@@ -114,8 +114,8 @@ extension (remove them with DROP SCHEMA lease CASCADE).`,
     synopsis: '[--url URL]',
     summary: 'watch leases at work on a throwaway server',
     description: `Shows pg_lease at work, as a timeline: workers race for a job, the winner heartbeats and
-then hangs, its lease lapses, another worker takes over with a greater epoch, and a fenced
-write turns the old holder away. Without --url it starts a throwaway PostgreSQL server
+then hangs, its lease lapses, another worker takes over with a greater epoch, and the
+database itself refuses the old holder's late write (a lease.fence_row trigger). Without --url it starts a throwaway PostgreSQL server
 with pg-lease-testing (npm install --save-dev pg-lease-testing, which brings the server
 binaries) and removes it afterwards. With --url it uses that database instead (installing
 pg_lease if missing) and drops the table it creates; the lease rows stay.`,

@@ -32,7 +32,7 @@ function assertStory(result: CliResult, job: RegExp): void {
     /granted after \d+\.\ds, epoch 2 \(greater than 1\)/,
     /fenced write "step 1 \(redone\)" with epoch 2: accepted/,
     /renew\(epoch 1\): not_owner/,
-    /fenced write "step 2" with epoch 1: REJECTED \(last_epoch is 2\)/,
+    /fenced write "step 2" with epoch 1: REJECTED by the database: pg_lease: stale epoch \(key "job-42\S*": epoch 1 presented, but the key is held under epoch 2\)/,
     /acquire \S+ \(ttl 2s\): granted, epoch 1; other keys are independent/,
     /held by worker-\w, epoch 2/,
     /release \S+: ok/,

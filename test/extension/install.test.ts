@@ -26,6 +26,8 @@ const API = [
     signature: 'lease.inspect(text)',
     result: 'TABLE(held boolean, owner text, epoch bigint, expires_at timestamp with time zone)',
   },
+  { signature: 'lease.fence(text,bigint)', result: 'void' },
+  { signature: 'lease.fence_row()', result: 'trigger' },
 ];
 
 describe('what CREATE EXTENSION makes', () => {
@@ -79,7 +81,7 @@ describe('what CREATE EXTENSION makes', () => {
     assert.deepEqual(pk.rows[0].columns, ['key']);
   });
 
-  test('the four API functions have the documented signatures, results and wait default', async () => {
+  test('the API functions have the documented signatures, results and wait default', async () => {
     for (const { signature, result } of API) {
       const { rows } = await db.pool.query(
         `SELECT pg_get_function_result(p.oid) AS result, p.pronargdefaults AS defaults
@@ -227,7 +229,7 @@ describe('install by a non-superuser', () => {
                 p.proretset OR 'o' = ANY (coalesce(p.proargmodes, '{}')) OR p.prorettype = 'void'::regtype AS bare_return
            FROM pg_proc p
           WHERE p.pronamespace = 'lease_moved'::regnamespace
-            AND p.proname NOT IN ('acquire', 'renew', 'release', 'inspect')`,
+            AND p.proname NOT IN ('acquire', 'renew', 'release', 'inspect', 'fence', 'fence_row')`,
       );
       for (const helper of helpers.rows) {
         await client.query(
@@ -243,6 +245,7 @@ describe('install by a non-superuser', () => {
         `SELECT * FROM lease_moved.renew('planted', 'mallory', 1, '1 minute')`,
         `SELECT * FROM lease_moved.release('planted', 'mallory', 1)`,
         `SELECT * FROM lease_moved.inspect('planted')`,
+        `SELECT lease_moved.fence('planted', 1)`,
       ]) {
         await client.query(call).catch(() => undefined);
       }

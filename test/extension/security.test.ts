@@ -19,6 +19,7 @@ const API = [
   'lease.inspect(text)',
   'lease.bind_owners(boolean)',
   'lease.list(text,boolean)',
+  'lease.fence(text,bigint)',
 ];
 
 let db: TestDatabase;
@@ -83,7 +84,7 @@ describe('privileges', () => {
 });
 
 describe('SECURITY DEFINER and search_path', () => {
-  test('the four API functions are SECURITY DEFINER with search_path pinned to pg_catalog, pg_temp', async () => {
+  test('the API functions are SECURITY DEFINER with search_path pinned to pg_catalog, pg_temp', async () => {
     for (const signature of API) {
       const { rows } = await db.pool.query(
         `SELECT prosecdef, proconfig FROM pg_proc WHERE oid = $1::regprocedure`,
@@ -249,6 +250,33 @@ describe('hostile objects in the caller search_path are not used', () => {
     assert.equal((await release(client, key, 'alice', 1)).status, 'ok');
     assert.equal((await inspect(client, key))?.epoch, 2n);
 
+    assert.deepEqual(await hijacks(), [], 'planted objects were called by pg_lease');
+  });
+
+  test('no planted operator, function or temp table is used by lease.fence or the fence_row trigger', async () => {
+    await client.query(`
+      CREATE FUNCTION public.evil_jsonb_get(jsonb, text) RETURNS text LANGUAGE sql VOLATILE
+        AS $$ SELECT CASE WHEN public.hijacked('->>(jsonb,text)') THEN 'planted' END $$;
+      CREATE OPERATOR public.->> (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = public.evil_jsonb_get);
+      CREATE FUNCTION public.evil_oid_eq(oid, oid) RETURNS boolean LANGUAGE sql VOLATILE
+        AS $$ SELECT public.hijacked('=(oid,oid)') $$;
+      CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = public.evil_oid_eq);
+      CREATE TABLE public.hostile_jobs (id int, lease_key text, lease_epoch bigint);
+      CREATE TRIGGER hostile_jobs_fence BEFORE INSERT OR UPDATE ON public.hostile_jobs
+        FOR EACH ROW EXECUTE FUNCTION lease.fence_row('lease_key', 'lease_epoch');
+    `);
+    const key = uniqueKey('hostile-fence');
+    await client.query(
+      `INSERT INTO pg_temp.leases VALUES ($1, 'mallory', 7, timestamptz '2999-01-01')`,
+      [key],
+    );
+    const granted = await acquire(client, key, 'alice', '1 minute');
+    await client.query('SELECT lease.fence($1, $2)', [key, String(granted.epoch)]);
+    assert.equal((await pgError(client.query('SELECT lease.fence($1, 7)', [key]))).code, 'PLF01');
+    await client.query('INSERT INTO public.hostile_jobs VALUES (1, $1, $2)', [key, String(granted.epoch)]);
+    const stale = await pgError(client.query('INSERT INTO public.hostile_jobs VALUES (2, $1, 7)', [key]));
+    assert.equal(stale.code, 'PLF01');
+    assert.equal((await pgError(client.query("INSERT INTO public.hostile_jobs VALUES (3, 'x', NULL)"))).code, '22023');
     assert.deepEqual(await hijacks(), [], 'planted objects were called by pg_lease');
   });
 });

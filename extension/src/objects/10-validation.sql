@@ -70,7 +70,7 @@ BEGIN
         v_violations := v_violations || 'key must be at most 1000 bytes'::text;
     END IF;
 
-    IF p_function <> 'inspect' THEN
+    IF p_function NOT IN ('inspect', 'fence') THEN
         IF p_owner IS NULL OR pg_catalog.octet_length(p_owner) = 0 THEN
             v_violations := v_violations || 'owner must be a non-empty string'::text;
         ELSIF pg_catalog.octet_length(p_owner) > c_max_bytes THEN
@@ -78,7 +78,7 @@ BEGIN
         END IF;
     END IF;
 
-    IF p_function IN ('renew', 'release') AND p_epoch IS NULL THEN
+    IF p_function IN ('renew', 'release', 'fence') AND p_epoch IS NULL THEN
         v_violations := v_violations || 'epoch must not be null'::text;
     END IF;
 
@@ -110,6 +110,8 @@ BEGIN
                   HINT = CASE p_function
                       WHEN 'inspect' THEN
                           'key is a non-empty string of at most 1000 bytes.'
+                      WHEN 'fence' THEN
+                          'key is a non-empty string of at most 1000 bytes; epoch is the one acquire returned.'
                       WHEN 'release' THEN
                           'key and owner are non-empty strings of at most 1000 bytes; epoch is the one acquire returned.'
                       ELSE

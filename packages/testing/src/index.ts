@@ -28,3 +28,12 @@ export {
   type InstallationRequest,
   type PgInstallation,
 } from './installation.js';
+export {
+  promote,
+  setSynchronousStandbys,
+  startStandby,
+  waitForReplay,
+  waitForStreaming,
+  type Standby,
+  type StandbyOptions,
+} from './standby.js';

@@ -16,6 +16,8 @@ export const SQLSTATE = {
   INVALID_PARAMETER_VALUE: '22023',
   /** `57014`: a blocking acquire ran out of wait, and also statement_timeout or a user cancel. */
   QUERY_CANCELED: '57014',
+  /** `25006`: a writing call on a hot standby or in a read-only transaction. */
+  READ_ONLY_SQL_TRANSACTION: '25006',
 } as const;
 
 /**
@@ -45,6 +47,7 @@ export const ACQUIRE_TIMEOUT_MESSAGE = 'pg_lease: acquire timed out';
  * - `lease_lost`: the lease is gone or can no longer be confirmed ({@link LeaseLostError}).
  * - `lease_released`: the handle was released; the reason its `signal` carries afterwards.
  * - `in_transaction`: the connection is inside a transaction block, so the call was refused.
+ * - `read_only`: a writing call reached a hot standby or a read-only session ({@link LeaseReadOnlyError}).
  *
  * @example
  * import type { LeaseErrorCode } from 'pg-lease';
@@ -56,7 +59,8 @@ export type LeaseErrorCode =
   | 'not_acquired'
   | 'lease_lost'
   | 'lease_released'
-  | 'in_transaction';
+  | 'in_transaction'
+  | 'read_only';
 
 /**
  * Why a lease was lost: the server's status for a renew that did not succeed, or `expired` when
@@ -160,6 +164,40 @@ export class LeaseTimeoutError extends LeaseError {
 }
 
 /**
+ * A writing call (acquire, renew, release) reached a server or session that cannot write: a
+ * hot standby (a replica, or a connection string that names one), or a session with
+ * `default_transaction_read_only` on. Leases are written on the primary only; `inspect` still
+ * works on a standby. `cause` is the server's 25006 error.
+ *
+ * @example
+ * import { LeaseReadOnlyError } from 'pg-lease';
+ * try {
+ *   await client.acquire('job-42', { ttl: '30s' });
+ * } catch (error) {
+ *   if (error instanceof LeaseReadOnlyError) console.error('DATABASE_URL names a replica');
+ *   else throw error;
+ * }
+ */
+export class LeaseReadOnlyError extends LeaseError {
+  override name = 'LeaseReadOnlyError';
+  /** Always `25006`. */
+  readonly sqlState = SQLSTATE.READ_ONLY_SQL_TRANSACTION;
+  /** The server's message, e.g. `pg_lease: acquire needs a read-write transaction`. */
+  readonly serverMessage: string;
+
+  constructor(serverMessage: string, options?: ErrorOptions) {
+    super(
+      'read_only',
+      `pg_lease: cannot write leases here (${serverMessage}): the server is a hot standby or the ` +
+        'session is read-only; leases are acquired, renewed and released on the primary only, so ' +
+        'connect to the primary (inspect works on a standby)',
+      options,
+    );
+    this.serverMessage = serverMessage;
+  }
+}
+
+/**
  * `withLease` could not start because another owner holds the key (and `wait` was 0 or absent).
  *
  * @example
@@ -257,5 +295,7 @@ export function translateError(error: unknown, key: string): unknown {
       message: error.message,
       ...(typeof detail === 'string' ? { detail } : {}),
     });
+  if (code === SQLSTATE.READ_ONLY_SQL_TRANSACTION)
+    return new LeaseReadOnlyError(error.message, { cause: error });
   return error;
 }

@@ -28,6 +28,7 @@ export {
   LeaseInvalidInputError,
   LeaseLostError,
   LeaseNotAcquiredError,
+  LeaseReadOnlyError,
   LeaseTimeoutError,
   SQLSTATE,
   type LeaseErrorCode,

@@ -5,13 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  PgCluster,
-  promote,
-  startStandby,
-  type PgInstallation,
-  type Standby,
-} from '../../src/testing/index.js';
+import { PgCluster, promote, startStandby, type Standby } from '../../src/testing/index.js';
 import { DURABLE_SETTINGS } from '../failure/support/sessions.js';
 
 export const DATABASE = 'leases';
@@ -27,8 +21,8 @@ export interface Pair extends AsyncDisposable {
 
 export interface PairOptions {
   synchronous: boolean;
-  /** A build with extra extension scripts (see withExtensionFiles). */
-  installation?: PgInstallation;
+  /** Extra extension scripts for the server (`ClusterOptions.extraExtensionFiles`). */
+  extraExtensionFiles?: string[];
   /** `CREATE EXTENSION pg_lease VERSION ...`; default: the default version. */
   extensionVersion?: string;
 }
@@ -36,7 +30,7 @@ export interface PairOptions {
 export async function startPair(options: PairOptions): Promise<Pair> {
   const primary = await PgCluster.start({
     settings: { ...DURABLE_SETTINGS },
-    ...(options.installation ? { installation: options.installation } : {}),
+    ...(options.extraExtensionFiles ? { extraExtensionFiles: options.extraExtensionFiles } : {}),
   });
   try {
     await primary.createDatabase(DATABASE, { extension: false });

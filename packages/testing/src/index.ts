@@ -37,3 +37,4 @@ export {
   type Standby,
   type StandbyOptions,
 } from './standby.js';
+export { PgBouncer, findPgBouncer, startPgBouncer, type PgBouncerOptions } from './pgbouncer.js';

@@ -43,11 +43,14 @@ export interface Bounced {
   close(): Promise<void>;
 }
 
-export async function startBounced(): Promise<Bounced> {
+export async function startBounced(
+  poolMode: 'session' | 'transaction' | 'statement' = 'transaction',
+  poolSize = POOL_SIZE,
+): Promise<Bounced> {
   const cluster = await PgCluster.start();
   try {
     const directUrl = await cluster.createDatabase(DATABASE);
-    const bouncer = await startPgBouncer(cluster, { poolMode: 'transaction', poolSize: POOL_SIZE });
+    const bouncer = await startPgBouncer(cluster, { poolMode, poolSize });
     const admin = new pg.Pool({ connectionString: cluster.url(), max: 2 });
     admin.on('error', () => undefined);
     return {

@@ -48,6 +48,8 @@ export const ACQUIRE_TIMEOUT_MESSAGE = 'pg_lease: acquire timed out';
  * - `lease_released`: the handle was released; the reason its `signal` carries afterwards.
  * - `in_transaction`: the connection is inside a transaction block, so the call was refused.
  * - `read_only`: a writing call reached a hot standby or a read-only session ({@link LeaseReadOnlyError}).
+ * - `unconfirmed_commit`: the call's commit waited for a synchronous standby and the wait was
+ *   cancelled: committed on the primary only, so a failover may lose it. Treat it as failed.
  *
  * @example
  * import type { LeaseErrorCode } from 'pg-lease';
@@ -60,7 +62,8 @@ export type LeaseErrorCode =
   | 'lease_lost'
   | 'lease_released'
   | 'in_transaction'
-  | 'read_only';
+  | 'read_only'
+  | 'unconfirmed_commit';
 
 /**
  * Why a lease was lost: the server's status for a renew that did not succeed, or `expired` when
@@ -266,6 +269,30 @@ function lostMessage(status: LostStatus, lease: { key: string; epoch: bigint }):
     case 'expired':
       return `${what}: no renewal was confirmed before its deadline`;
   }
+}
+
+/**
+ * PostgreSQL's WARNING when a commit's wait for the synchronous standbys is cancelled: the
+ * transaction has committed locally but may not be on any standby.
+ */
+const UNCONFIRMED_COMMIT = /^canceling (the )?wait for synchronous replication/;
+
+/**
+ * The error for a call whose reply came with PostgreSQL's "canceling wait for synchronous
+ * replication" WARNING, or undefined for any other notice.
+ */
+export function unconfirmedCommit(
+  notice: { message?: string },
+  key: string,
+): LeaseError | undefined {
+  if (!UNCONFIRMED_COMMIT.test(notice.message ?? '')) return undefined;
+  return new LeaseError(
+    'unconfirmed_commit',
+    `pg_lease: the call on ${JSON.stringify(key)} committed on the primary, but its wait for the ` +
+      `synchronous standby was cancelled (${notice.message}): a failover may lose it, so it is ` +
+      'not counted as done',
+    { cause: notice },
+  );
 }
 
 /** The fields node-postgres puts on a server error. */

@@ -10,7 +10,8 @@
 import assert from 'node:assert/strict';
 import * as path from 'node:path';
 import { describe, test } from 'node:test';
-import type pg from 'pg';
+import pg from 'pg';
+import { LeaseClient, LeaseError } from '../../src/index.js';
 import { PACKAGE_ROOT } from '../../src/testing/installation.js';
 import { acquire, inspect, release, renew } from '../failure/support/lease-sql.js';
 import {
@@ -237,4 +238,48 @@ describe('synchronous_commit with a synchronous standby', () => {
       await disconnect(...weak.map((c) => c.db));
     }
   });
+
+  test('the client counts a grant or renewal whose wait for the standby was cancelled as not done', async () => {
+    await using pair = await startPair({ synchronous: true });
+    const pool = new pg.Pool({ connectionString: pair.url(), max: 1 });
+    pool.on('error', () => undefined);
+    try {
+      const client = new LeaseClient(pool, { owner: 'holder' });
+      const held = (await client.acquire('client/renewed', { ttl: '60s' }))!;
+      await pair.standby.cluster.stop();
+      const calls: (() => Promise<unknown>)[] = [
+        () => client.acquire('client/acquired', { ttl: '60s' }),
+        () => held.renew(),
+      ];
+      for (const call of calls) {
+        const pending = track(call());
+        const pid = await waitForWaiter(pair);
+        assert.equal(pending.settled(), false);
+        await pair.primary.query('SELECT pg_cancel_backend($1)', [pid]);
+        const error = await pending.promise.then(
+          () => assert.fail('a commit the standby never confirmed was reported done'),
+          (caught: unknown) => caught,
+        );
+        assert.ok(error instanceof LeaseError, String(error));
+        assert.equal(error.code, 'unconfirmed_commit');
+        assert.match(error.message, /synchronous standby was cancelled/);
+      }
+      assert.equal(held.signal.aborted, false, 'an unconfirmed renew does not end the handle');
+    } finally {
+      await pool.end();
+    }
+  });
 });
+
+/** The pid of the one backend of the leases database that waits for the standby. */
+async function waitForWaiter(pair: Pair): Promise<number> {
+  let pid: number | undefined;
+  await waitUntil('a call waits for the standby', async () => {
+    const { rows } = await pair.primary.query<{ pid: number }>(
+      "SELECT pid FROM pg_stat_activity WHERE datname = 'leases' AND wait_event = 'SyncRep'",
+    );
+    pid = rows[0]?.pid;
+    return pid !== undefined;
+  });
+  return pid!;
+}

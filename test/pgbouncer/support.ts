@@ -71,9 +71,14 @@ export async function startBounced(
   }
 }
 
-/** A node-postgres pool through PgBouncer whose broken connections never throw. */
+/**
+ * A node-postgres pool through PgBouncer whose broken connections never throw. Idle
+ * connections stay open (no idle timeout), so that whatever a call leaves on its server
+ * connection stays there for the checks to find, instead of being cleaned up when the
+ * client disconnects.
+ */
 export function bouncedPool(url: string, max: number): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max });
+  const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 0 });
   pool.on('error', () => undefined);
   pool.on('connect', (client) => client.on('error', () => undefined));
   return pool;

@@ -9,8 +9,8 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { waitForReplay } from '../../src/testing/index.js';
-import { acquire, inspect, renew } from '../failure/support/lease-sql.js';
+import { waitForReplay } from 'pg-lease-testing';
+import { acquireTimed as acquire, inspect, renew } from '../support/lease-calls.js';
 import { connect, disconnect } from '../failure/support/sessions.js';
 import { startPair } from './support.js';
 
@@ -28,7 +28,7 @@ describe('failover to an asynchronous standby', () => {
 
     await pair.standby.cluster.stop();
     const lost = await acquire(db, 'async/lost', 'worker-a', '60 seconds');
-    assert.deepEqual([lost.acquired, lost.epoch], [true, 1]);
+    assert.deepEqual([lost.acquired, lost.epoch], [true, 1n]);
     assert.equal((await db.query(FENCED_WRITE, ['by worker-a', lost.epoch])).rowCount, 1);
     const renewed = await renew(db, 'async/replayed', 'worker-a', replayed.epoch!, '90 seconds');
     assert.equal(renewed.status, 'ok');
@@ -38,12 +38,12 @@ describe('failover to an asynchronous standby', () => {
     db = await connect(pair.url());
     try {
       // What the standby had stands; what the primary acknowledged after that is gone.
-      assert.equal((await inspect(db, 'async/replayed'))?.expiresUs, replayed.expiresUs);
+      assert.equal((await inspect(db, 'async/replayed'))?.expiresAt, replayed.expiresAt);
       assert.equal(await inspect(db, 'async/lost'), undefined);
       // worker-a's grant runs for another minute by the old primary's word, yet:
       const again = await acquire(db, 'async/lost', 'worker-b', '60 seconds');
-      assert.deepEqual([again.acquired, again.epoch], [true, 1], 'epoch 1 granted a second time');
-      assert.ok(again.grantedUs! < lost.expiresUs!, 'while the first grant was still live');
+      assert.deepEqual([again.acquired, again.epoch], [true, 1n], 'epoch 1 granted a second time');
+      assert.ok(again.grantedAt! < lost.expiresAt!, 'while the first grant was still live');
       // The guard in the same database lost worker-a's write with the grant, so it accepts
       // worker-b; a guard elsewhere that saw worker-a's epoch 1 could not tell them apart.
       const { rows } = await db.query('SELECT body, fenced_epoch::int AS epoch FROM report');

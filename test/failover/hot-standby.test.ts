@@ -6,9 +6,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { LeaseClient, LeaseReadOnlyError } from '../../src/index.js';
-import { waitForReplay } from '../../src/testing/index.js';
+import { waitForReplay } from 'pg-lease-testing';
 import { runCli } from '../cli/helpers.js';
-import { acquire, inspect, release } from '../failure/support/lease-sql.js';
+import { acquire, inspect, release } from '../support/lease-calls.js';
 import { connect, disconnect, rejectsWithCode } from '../failure/support/sessions.js';
 import { DATABASE, startPair, type Pair } from './support.js';
 

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { PgCluster, promote, startStandby, type Standby } from '../../src/testing/index.js';
+import { PgCluster, promote, startStandby, type Standby } from 'pg-lease-testing';
 import { DURABLE_SETTINGS } from '../failure/support/sessions.js';
 
 export const DATABASE = 'leases';

@@ -12,15 +12,10 @@ import * as path from 'node:path';
 import { describe, test } from 'node:test';
 import pg from 'pg';
 import { LeaseClient, LeaseError } from '../../src/index.js';
-import { PACKAGE_ROOT } from '../../src/testing/installation.js';
-import { acquire, inspect, release, renew } from '../failure/support/lease-sql.js';
-import {
-  backendPid,
-  connect,
-  disconnect,
-  rejectsSomehow,
-  waitUntil,
-} from '../failure/support/sessions.js';
+import { PACKAGE_ROOT } from 'pg-lease-testing';
+import { acquire, inspect, release, renew } from '../support/lease-calls.js';
+import { waitFor as waitUntil } from '../support/helpers.js';
+import { backendPid, connect, disconnect, rejectsSomehow } from '../failure/support/sessions.js';
 import { startPair, track, waitUntilWaitingForStandby, type Pair } from './support.js';
 
 const FIXTURE_0_1_0 = path.join(
@@ -61,7 +56,7 @@ async function writeWhileStandbyIsDown(pair: Pair, weak: Caller[]) {
   const setup = await connect(pair.url());
   const before = new Map<
     string,
-    { renewEpoch: number; releaseEpoch: number; renewExpiry: bigint }
+    { renewEpoch: bigint; releaseEpoch: bigint; renewExpiry: bigint }
   >();
   try {
     for (const { setting } of weak) {
@@ -75,7 +70,7 @@ async function writeWhileStandbyIsDown(pair: Pair, weak: Caller[]) {
       before.set(setting, {
         renewEpoch: toRenew.epoch!,
         releaseEpoch: toRelease.epoch!,
-        renewExpiry: toRenew.expiresUs!,
+        renewExpiry: toRenew.expiresAt!,
       });
     }
   } finally {
@@ -137,7 +132,7 @@ describe('synchronous_commit with a synchronous standby', () => {
         for (const { setting } of weak.slice(1)) {
           const { renewEpoch, releaseEpoch, renewExpiry } = before.get(setting)!;
           assert.equal(await inspect(db, `acquire/${setting}`), undefined, `${setting}: grant`);
-          assert.equal((await inspect(db, `renew/${setting}`))?.expiresUs, renewExpiry);
+          assert.equal((await inspect(db, `renew/${setting}`))?.expiresAt, renewExpiry);
           assert.equal((await inspect(db, `renew/${setting}`))?.epoch, renewEpoch);
           assert.equal(
             (await inspect(db, `release/${setting}`))?.held,
@@ -148,7 +143,7 @@ describe('synchronous_commit with a synchronous standby', () => {
         }
         // What was never acknowledged may be granted again; nothing acknowledged was lost.
         const next = await acquire(db, 'acquire/off', 'someone-else', '60 seconds');
-        assert.equal(next.epoch, 1);
+        assert.equal(next.epoch, 1n);
       } finally {
         await disconnect(db);
       }
@@ -167,7 +162,7 @@ describe('synchronous_commit with a synchronous standby', () => {
       const results = await Promise.all(calls.map(({ pending }) => pending.promise));
       for (const [n, { caller }] of calls.entries()) {
         assert.deepEqual(caller.notices, [], `${caller.setting}: warned`);
-        assert.equal(results[n]!.grant.epoch, 1);
+        assert.equal(results[n]!.grant.epoch, 1n);
         assert.equal(results[n]!.renewed.status, 'ok');
         assert.equal(results[n]!.released.status, 'ok');
       }
@@ -180,15 +175,15 @@ describe('synchronous_commit with a synchronous standby', () => {
           assert.deepEqual(await inspect(db, `acquire/${setting}`), {
             held: true,
             owner: `holder-${setting}`,
-            epoch: 1,
-            expiresUs: results[n]!.grant.expiresUs,
+            epoch: 1n,
+            expiresAt: results[n]!.grant.expiresAt,
           });
           assert.equal(
-            (await inspect(db, `renew/${setting}`))?.expiresUs,
-            results[n]!.renewed.expiresUs,
+            (await inspect(db, `renew/${setting}`))?.expiresAt,
+            results[n]!.renewed.expiresAt,
           );
           assert.equal((await inspect(db, `renew/${setting}`))?.epoch, renewEpoch);
-          assert.equal((await inspect(db, `release/${setting}`))?.epoch, releaseEpoch + 1);
+          assert.equal((await inspect(db, `release/${setting}`))?.epoch, releaseEpoch + 1n);
           assert.equal(
             (await acquire(db, `acquire/${setting}`, 'someone-else', '60 seconds')).acquired,
             false,
@@ -212,7 +207,7 @@ describe('synchronous_commit with a synchronous standby', () => {
     try {
       const { calls, before } = await writeWhileStandbyIsDown(pair, weak);
       const results = await Promise.all(calls.map(({ pending }) => pending.promise));
-      for (const result of results) assert.equal(result.grant.epoch, 1);
+      for (const result of results) assert.equal(result.grant.epoch, 1n);
 
       await pair.failOver();
       const db = await connect(pair.url());
@@ -224,9 +219,9 @@ describe('synchronous_commit with a synchronous standby', () => {
             `${setting}: grant kept`,
           );
           const again = await acquire(db, `acquire/${setting}`, 'someone-else', '60 seconds');
-          assert.deepEqual([again.acquired, again.epoch], [true, 1], `${setting}: epoch 1 twice`);
+          assert.deepEqual([again.acquired, again.epoch], [true, 1n], `${setting}: epoch 1 twice`);
           assert.equal(
-            (await inspect(db, `renew/${setting}`))?.expiresUs,
+            (await inspect(db, `renew/${setting}`))?.expiresAt,
             before.get(setting)!.renewExpiry,
           );
           assert.equal((await inspect(db, `release/${setting}`))?.held, true);

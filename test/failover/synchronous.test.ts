@@ -8,7 +8,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { acquire, inspect, release, renew, type Inspection } from '../failure/support/lease-sql.js';
+import {
+  acquireTimed as acquire,
+  inspect,
+  release,
+  renew,
+  type Inspected,
+} from '../support/lease-calls.js';
 import {
   committedWatermarks,
   countTakeovers,
@@ -53,35 +59,35 @@ describe('failover to a synchronous standby', () => {
     await pair.failOver();
     db = await connect(pair.url());
     try {
-      const expected: Record<string, Inspection> = {
+      const expected: Record<string, Inspected> = {
         'sync/held': {
           held: true,
           owner: 'worker-a',
           epoch: held.epoch!,
-          expiresUs: held.expiresUs,
+          expiresAt: held.expiresAt,
         },
         'sync/renewed': {
           held: true,
           owner: 'worker-a',
           epoch: renewedGrant.epoch!,
-          expiresUs: renewed.expiresUs,
+          expiresAt: renewed.expiresAt,
         },
         'sync/released': {
           held: false,
           owner: null,
-          epoch: releasedGrant.epoch! + 1,
-          expiresUs: null,
+          epoch: releasedGrant.epoch! + 1n,
+          expiresAt: null,
         },
         'sync/taken-over': {
           held: true,
           owner: 'worker-b',
           epoch: second.epoch!,
-          expiresUs: second.expiresUs,
+          expiresAt: second.expiresAt,
         },
       };
       for (const [key, state] of Object.entries(expected))
         assert.deepEqual(await inspect(db, key), state, `${key} after promotion`);
-      assert.equal(second.epoch, takenOver.epoch! + 2);
+      assert.equal(second.epoch, takenOver.epoch! + 2n);
 
       // Nobody else is granted a live key; its holder renews against the new primary.
       for (const key of ['sync/held', 'sync/renewed', 'sync/taken-over'])
@@ -96,15 +102,15 @@ describe('failover to a synchronous standby', () => {
 
       // A released key is granted with a greater epoch than its release left.
       const regranted = await acquire(db, 'sync/released', 'worker-c', '60 seconds');
-      assert.equal(regranted.epoch, releasedGrant.epoch! + 2);
+      assert.equal(regranted.epoch, releasedGrant.epoch! + 2n);
 
       // The lease still running at the failover is held until its expiry, then taken over.
       assert.equal((await acquire(db, 'sync/lapsing', 'worker-c', '60 seconds')).acquired, false);
-      await sleepUntilServerTime(db, lapsing.expiresUs!);
+      await sleepUntilServerTime(db, lapsing.expiresAt!);
       const takeover = await acquire(db, 'sync/lapsing', 'worker-c', '60 seconds');
       assert.equal(takeover.acquired, true);
-      assert.equal(takeover.epoch, lapsing.epoch! + 1);
-      assert.ok(takeover.grantedUs! >= lapsing.expiresUs!, 'taken over before the old expiry');
+      assert.equal(takeover.epoch, lapsing.epoch! + 1n);
+      assert.ok(takeover.grantedAt! >= lapsing.expiresAt!, 'taken over before the old expiry');
     } finally {
       await disconnect(db);
     }
@@ -134,10 +140,10 @@ describe('failover to a synchronous standby', () => {
     assert.equal(phase1.errors.length, 6, 'every client should have lost its connection');
 
     const db = await connect(pair.url());
-    const promoted = new Map<string, number>();
+    const promoted = new Map<string, bigint>();
     try {
       for (const [key, floor] of committedWatermarks(phase1.grants)) {
-        const epoch = (await inspect(db, key))?.epoch ?? 0;
+        const epoch = (await inspect(db, key))?.epoch ?? 0n;
         promoted.set(key, epoch);
         assert.ok(epoch >= floor, `${key}: epoch ${epoch} after promotion, a client saw ${floor}`);
       }
@@ -160,7 +166,7 @@ describe('failover to a synchronous standby', () => {
     assert.deepEqual(phase2.errors, []);
     for (const grant of phase2.grants)
       assert.ok(
-        grant.epoch > (promoted.get(grant.key) ?? 0),
+        grant.epoch > (promoted.get(grant.key) ?? 0n),
         `${grant.key}: epoch ${grant.epoch} granted after promotion is not above the promoted one`,
       );
     const grants = [...phase1.grants, ...phase2.grants];

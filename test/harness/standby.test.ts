@@ -10,7 +10,9 @@ import {
   setSynchronousStandbys,
   startStandby,
   waitForReplay,
-} from '../../src/testing/index.js';
+  waitForStreaming,
+} from 'pg-lease-testing';
+import { waitFor } from '../support/helpers.js';
 
 test('a standby made from a low-level base backup replays the primary and is read-only until promoted', async () => {
   await using primary = await PgCluster.start();
@@ -61,9 +63,36 @@ test('a synchronous standby is reported sync, and commits wait for it while it i
     () => (settled = true),
     () => (settled = true),
   );
-  await new Promise((resolve) => setTimeout(resolve, 1_000));
+  await waitFor('the commit waits for the standby', async () => {
+    const waiting = await primary.query(
+      "SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query LIKE 'CREATE TABLE waits%'",
+    );
+    return waiting.rows.length === 1;
+  });
   assert.equal(settled, false, 'the commit must wait for the synchronous standby');
   await standby.cluster.start();
   await pending;
+
+  // Without a synchronous standby named, commits no longer wait for the stopped one.
   await setSynchronousStandbys(primary, []);
+  await standby.cluster.stop();
+  await primary.query('CREATE TABLE goes_through (n int)');
+});
+
+test('a crashed standby recovers, streams again and catches up', async () => {
+  await using primary = await PgCluster.start();
+  await primary.createDatabase('app', { extension: false });
+  await primary.query('CREATE TABLE t (n int)', [], 'app');
+  await using standby = await startStandby(primary);
+  await standby.cluster.crash();
+  await primary.query('INSERT INTO t SELECT generate_series(1, 1000)', [], 'app');
+  await standby.cluster.start();
+  await waitForStreaming(standby);
+  await waitForReplay(standby);
+  const { rows } = await standby.cluster.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM t',
+    [],
+    'app',
+  );
+  assert.equal(rows[0]!.n, 1000);
 });

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { LeaseClient } from '../../src/index.js';
-import { acquire, release } from '../failure/support/lease-sql.js';
+import { acquire, release } from '../support/lease-calls.js';
 import { rejectsSomehow } from '../failure/support/sessions.js';
 import { POOL_SIZE, bouncedPool, skipWithoutPgBouncer, startBounced } from './support.js';
 

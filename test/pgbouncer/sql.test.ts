@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type pg from 'pg';
-import { acquire, inspect, release, renew } from '../failure/support/lease-sql.js';
+import { acquire, inspect, release, renew } from '../support/lease-calls.js';
 import { rejectsWithCode } from '../failure/support/sessions.js';
 import {
   assertNothingLeftOnServer,
@@ -35,19 +35,19 @@ describe('SQL API behind PgBouncer (transaction pooling)', { skip }, () => {
   });
 
   /** The holder takes `key` for a minute; returns its epoch. */
-  async function hold(key: string): Promise<number> {
+  async function hold(key: string): Promise<bigint> {
     const grant = await acquire(pool, key, 'holder', '60 seconds');
     assert.equal(grant.acquired, true);
     return grant.epoch!;
   }
 
   /** After an interrupted wait: nothing left on the server, the key unchanged, the holder served. */
-  async function assertUndisturbed(key: string, epoch: number): Promise<void> {
+  async function assertUndisturbed(key: string, epoch: bigint): Promise<void> {
     await assertNothingLeftOnServer(bounced.admin);
     assert.equal((await inspect(pool, key))?.owner, 'holder');
     assert.equal((await renew(pool, key, 'holder', epoch, '60 seconds')).status, 'ok');
     assert.equal((await release(pool, key, 'holder', epoch)).status, 'ok');
-    assert.equal((await inspect(pool, key))?.epoch, epoch + 1);
+    assert.equal((await inspect(pool, key))?.epoch, epoch + 1n);
   }
 
   test('a wait cancelled on the server leaves no transaction or row lock on the pooled connection', async () => {

@@ -9,12 +9,7 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import {
-  PgCluster,
-  findPgBouncer,
-  startPgBouncer,
-  type PgBouncer,
-} from '../../src/testing/index.js';
+import { PgCluster, findPgBouncer, startPgBouncer, type PgBouncer } from 'pg-lease-testing';
 
 export const DATABASE = 'leases';
 /** Server connections PgBouncer may open for the leases database. */

@@ -41,7 +41,7 @@ describe('CLI behind PgBouncer (transaction pooling)', { skip }, () => {
       Promise.all(
         keys.map((key) =>
           runCli(
-            ['exec', '--url', bounced.url, '--key', key, '--ttl', '1s', '--', ...worker(3_000)],
+            ['exec', '--url', bounced.url, '--key', key, '--ttl', '3s', '--', ...worker(7_000)],
             {},
             60_000,
           ),
@@ -57,7 +57,7 @@ describe('CLI behind PgBouncer (transaction pooling)', { skip }, () => {
     const pool = bouncedPool(bounced.url, 2);
     try {
       const client = new LeaseClient(pool);
-      // Renewed throughout (a 1 s ttl over 3 s of work), then released: free at epoch 2.
+      // Renewed throughout (a 3 s ttl over 7 s of work), then released: free at epoch 2.
       for (const key of keys)
         assert.deepEqual(await client.inspect(key), {
           held: false,

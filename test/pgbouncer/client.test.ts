@@ -107,7 +107,7 @@ describe('client behind PgBouncer (transaction pooling)', { skip }, () => {
           throw new Error(`${lease.key} granted to a competitor while held`);
         }
         denied++;
-        await sleep(20);
+        await sleep(50);
       }
       return denied;
     });
@@ -115,14 +115,14 @@ describe('client behind PgBouncer (transaction pooling)', { skip }, () => {
       const held = await Promise.all(
         holders.leases.map((client, n) =>
           n % 2 === 0
-            ? client.withLease(keys[n]!, { ttl: '2s' }, async (lease, signal) => {
-                await sleep(4_000, undefined, { signal });
+            ? client.withLease(keys[n]!, { ttl: '3s' }, async (lease, signal) => {
+                await sleep(6_000, undefined, { signal });
                 releasing.add(lease.key);
                 return lease;
               })
             : (async () => {
-                const lease = (await client.acquire(keys[n]!, { ttl: '2s', keepAlive: true }))!;
-                await sleep(4_000);
+                const lease = (await client.acquire(keys[n]!, { ttl: '3s', keepAlive: true }))!;
+                await sleep(6_000);
                 assert.equal(lease.signal.aborted, false, `${lease.key} lost under keep-alive`);
                 releasing.add(lease.key);
                 assert.equal(await lease.release(), 'ok');

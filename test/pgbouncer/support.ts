@@ -20,7 +20,10 @@ export function skipWithoutPgBouncer(): string | false {
   if (findPgBouncer()) return false;
   const reason =
     'pgbouncer is not installed (apt-get install pgbouncer, or set PG_LEASE_PGBOUNCER)';
-  if (process.env.CI === 'true') throw new Error(`CI=true but ${reason}: .ci/run installs it`);
+  if (process.env.CI === 'true' || process.env.PG_LEASE_NO_SKIP === '1')
+    throw new Error(
+      `${reason}, and CI=true or PG_LEASE_NO_SKIP=1 forbids skipping: .ci/run installs it`,
+    );
   const banner = '!'.repeat(78);
   console.log(`${banner}\n!!! SKIPPING the PgBouncer suite: ${reason}\n${banner}`);
   return reason;

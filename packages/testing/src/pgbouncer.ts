@@ -1,18 +1,18 @@
 /**
  * PgBouncer in front of a harness cluster, for tests of pg_lease behind a pooler. The
  * harness does not ship PgBouncer: it runs the system's (`pgbouncer` on PATH, `/usr/sbin`, or
- * `PG_LEASE_PGBOUNCER`), on a free loopback port, with its configuration, auth file, log and
+ * `PG_LEASE_PGBOUNCER`), on a reserved loopback port (the port locks of `ports.ts`), with its configuration, auth file, log and
  * pid file in a private directory. As root it runs as the cluster's server account, like the
  * server. A watchdog stops it and removes the directory if the test process dies.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import type { PgCluster } from './cluster.js';
+import { reservePort, type PortReservation } from './ports.js';
 
 /** Options for {@link startPgBouncer}. */
 export interface PgBouncerOptions {
@@ -66,18 +66,20 @@ export class PgBouncer implements AsyncDisposable {
   readonly #process: ChildProcess;
   readonly #exited: Promise<void>;
   readonly #watchdog: ChildProcess;
+  readonly #reservation: PortReservation;
 
   private constructor(
     cluster: PgCluster,
     dir: string,
-    port: number,
+    reservation: PortReservation,
     child: ChildProcess,
     watchdog: ChildProcess,
   ) {
     this.#cluster = cluster;
     this.dir = dir;
     this.logFile = path.join(dir, 'pgbouncer.log');
-    this.port = port;
+    this.#reservation = reservation;
+    this.port = reservation.port;
     this.#process = child;
     this.#exited = new Promise((resolve) => {
       if (child.exitCode !== null || child.signalCode !== null) resolve();
@@ -93,7 +95,8 @@ export class PgBouncer implements AsyncDisposable {
       throw new Error('pg-lease: pgbouncer not found (install it, or set PG_LEASE_PGBOUNCER)');
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-pgbouncer-'));
     const owner = cluster.serverAccount;
-    const port = await freePort();
+    const reservation = await reservePort(HOST);
+    const port = reservation.port;
     const users = options.users ?? [cluster.superuser];
     const settings: Record<string, string | number> = {
       listen_addr: HOST,
@@ -138,7 +141,7 @@ export class PgBouncer implements AsyncDisposable {
     child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     child.once('error', () => undefined);
     const watchdog = startWatchdog(child.pid!, dir);
-    const bouncer = new PgBouncer(cluster, dir, port, child, watchdog);
+    const bouncer = new PgBouncer(cluster, dir, reservation, child, watchdog);
 
     const deadline = Date.now() + START_TIMEOUT_MS;
     for (;;) {
@@ -197,6 +200,7 @@ export class PgBouncer implements AsyncDisposable {
       clearTimeout(timer);
     }
     this.#watchdog.kill('SIGKILL');
+    this.#reservation.release();
     fs.rmSync(this.dir, { recursive: true, force: true });
   }
 
@@ -263,16 +267,4 @@ function startWatchdog(pid: number, dir: string): ChildProcess {
   );
   watchdog.unref();
   return watchdog;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.unref();
-    server.once('error', reject);
-    server.listen(0, HOST, () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }

@@ -96,24 +96,22 @@ export async function startStandby(
   if (!/^[a-z0-9_]+$/.test(name))
     throw new Error(`pg-lease: standby name "${name}" must be letters, digits and _`);
   const slot = (options.slot ?? true) ? name : undefined;
-  if (primary.settings.synchronous_standby_names !== undefined)
-    throw new Error(
-      'pg-lease: the primary was started with synchronous_standby_names as a -c setting, ' +
-        'which ALTER SYSTEM cannot change; leave it out and use { synchronous: true }',
-    );
-
   if (slot)
     await primary.query('SELECT pg_catalog.pg_create_physical_replication_slot($1, true)', [slot]);
 
-  const settings: Record<string, string | number | boolean> = {};
-  for (const [setting, value] of Object.entries(primary.settings))
-    if (!PRIMARY_ONLY.has(setting)) settings[setting] = value;
-  Object.assign(settings, {
+  // The copied postgresql.conf carries the primary's settings; these are appended to it.
+  const own: Record<string, string | number | boolean> = {
+    // Once promoted, the copy must not wait for a synchronous standby of its own.
+    synchronous_standby_names: '',
     hot_standby: 'on',
     primary_conninfo: `host=${primary.host} port=${primary.port} user=${primary.superuser} application_name=${name}`,
     ...(slot ? { primary_slot_name: slot } : {}),
     ...options.settings,
-  });
+  };
+  const settings: Record<string, string | number | boolean> = {};
+  for (const [setting, value] of Object.entries(primary.settings))
+    if (!PRIMARY_ONLY.has(setting)) settings[setting] = value;
+  Object.assign(settings, own);
 
   let cluster: PgCluster;
   try {
@@ -121,7 +119,10 @@ export async function startStandby(
       installation: primary.installation,
       settings,
       ...(options.runAs ? { runAs: options.runAs } : {}),
-      populate: (standby) => baseBackup(primary, standby, name),
+      populate: async (standby) => {
+        await baseBackup(primary, standby, name);
+        standby.appendConf(own);
+      },
     });
   } catch (error) {
     if (slot) await dropSlot(primary, slot);

@@ -143,13 +143,17 @@ export async function assertNothingLeftOnServer(admin: pg.Pool, timeoutMs = 20_0
   }
 }
 
-/** Waits until `n` server backends run a blocking lease.acquire. */
+/**
+ * Waits until `n` server backends run a blocking lease.acquire, each for at least 100 ms (so
+ * that a quick acquire that is just finishing is not taken for a wait).
+ */
 export async function waitForServerWaiters(admin: pg.Pool, n: number): Promise<number[]> {
   const deadline = Date.now() + 20_000;
   for (;;) {
     const { rows } = await admin.query<{ pid: number }>(
       `SELECT pid FROM pg_stat_activity
-        WHERE datname = $1 AND state = 'active' AND query LIKE '%lease.acquire%'`,
+        WHERE datname = $1 AND state = 'active' AND query LIKE '%lease.acquire%'
+          AND clock_timestamp() - query_start > interval '100 milliseconds'`,
       [DATABASE],
     );
     if (rows.length >= n) return rows.map((r) => r.pid);

@@ -54,7 +54,7 @@ describe('hot standby', () => {
     }
   });
 
-  test('acquire, renew and release on the standby raise 25006 and change nothing', async () => {
+  test('acquire, renew, release and purge on the standby raise 25006 and change nothing', async () => {
     const standby = await connect(standbyUrl);
     try {
       const before = await inspect(standby, 'hot/held');
@@ -74,13 +74,18 @@ describe('hot standby', () => {
         standby.query("SELECT * FROM lease.release('hot/held', 'worker-a', 1)"),
         '25006',
       );
+      const purge = await standby.query(
+        "SELECT to_regprocedure('lease.purge(interval, bigint)') IS NOT NULL AS present",
+      );
+      if (purge.rows[0].present)
+        await rejectsWithCode(standby.query("SELECT lease.purge('0 seconds')"), '25006');
       assert.deepEqual(await inspect(standby, 'hot/held'), before);
     } finally {
       await disconnect(standby);
     }
   });
 
-  test('a client given the standby URL says it cannot write leases there, and still inspects', async () => {
+  test('a client given the standby URL says it cannot write leases there, and still inspects and lists', async () => {
     await using client = new LeaseClient(standbyUrl);
     const error = await client.acquire('hot/new', { ttl: '30s' }).then(
       () => assert.fail('acquired on a standby'),
@@ -91,6 +96,11 @@ describe('hot standby', () => {
     assert.match(error.message, /hot standby/);
     assert.match(error.message, /connect to the primary/);
     assert.equal((await client.inspect('hot/held'))?.owner, 'worker-a');
+    assert.deepEqual(
+      (await client.list({ all: true })).map((lease) => lease.key),
+      ['hot/free', 'hot/held'],
+    );
+    await assert.rejects(client.purge({ olderThan: '0s' }), LeaseReadOnlyError);
   });
 
   test('the CLI given the standby URL fails with the same explanation', async () => {

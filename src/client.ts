@@ -5,7 +5,13 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import type { Duration } from './duration.js';
-import { LeaseError, LeaseNotAcquiredError, LeaseTimeoutError, translateError } from './errors.js';
+import {
+  LeaseError,
+  LeaseNotAcquiredError,
+  LeaseTimeoutError,
+  translateError,
+  unconfirmedCommit,
+} from './errors.js';
 import { observed, publish } from './events.js';
 import { fencedTransaction, type FencedOptions } from './fence.js';
 import type { KeepAliveOptions } from './keeper.js';
@@ -501,11 +507,22 @@ async function runOutsideTransaction<R extends pg.QueryResultRow>(
       'pg_lease: the connection is inside a transaction block; lease calls run outside ' +
         'transactions (use a pool, or call lease.* in SQL to make it part of yours)',
     );
+  // A cancelled wait for the synchronous standbys still returns the rows, with a WARNING.
+  let unconfirmed: LeaseError | undefined;
+  const onNotice = (notice: { message?: string }) => {
+    unconfirmed ??= unconfirmedCommit(notice, key);
+  };
+  connection.on('notice', onNotice);
+  let rows: R[];
   try {
-    return (await connection.query<R>(text, values)).rows;
+    rows = (await connection.query<R>(text, values)).rows;
   } catch (error) {
     throw translateError(error, key);
+  } finally {
+    connection.off('notice', onNotice);
   }
+  if (unconfirmed) throw unconfirmed;
+  return rows;
 }
 
 /** `$n` microseconds as an interval, exactly (float8 holds every whole number up to 2^53). */

@@ -18,6 +18,8 @@ export const SQLSTATE = {
   QUERY_CANCELED: '57014',
   /** `PLF01`: `lease.fence` (or a `lease.fence_row` trigger) refused an epoch that is not live. */
   STALE_EPOCH: 'PLF01',
+  /** `25006`: a writing call on a hot standby or in a read-only transaction. */
+  READ_ONLY_SQL_TRANSACTION: '25006',
 } as const;
 
 /**
@@ -58,6 +60,9 @@ export const STALE_EPOCH_MESSAGE = 'pg_lease: stale epoch';
  * - `in_transaction`: the connection is inside a transaction block, so the call was refused.
  * - `stale_epoch`: a fenced transaction was refused: its epoch is not the key's live grant
  *   ({@link LeaseFencedError}).
+ * - `read_only`: a writing call reached a hot standby or a read-only session ({@link LeaseReadOnlyError}).
+ * - `unconfirmed_commit`: the call's commit waited for a synchronous standby and the wait was
+ *   cancelled: committed on the primary only, so a failover may lose it. Treat it as failed.
  *
  * @example
  * import type { LeaseErrorCode } from 'pg-lease';
@@ -70,7 +75,9 @@ export type LeaseErrorCode =
   | 'lease_lost'
   | 'lease_released'
   | 'in_transaction'
-  | 'stale_epoch';
+  | 'stale_epoch'
+  | 'read_only'
+  | 'unconfirmed_commit';
 
 /**
  * Why a lease was lost: the server's status for a renew that did not succeed, or `expired` when
@@ -170,6 +177,40 @@ export class LeaseTimeoutError extends LeaseError {
     super('acquire_timeout', options?.message ?? ACQUIRE_TIMEOUT_MESSAGE, options);
     this.key = key;
     this.detail = options?.detail;
+  }
+}
+
+/**
+ * A writing call (acquire, renew, release) reached a server or session that cannot write: a
+ * hot standby (a replica, or a connection string that names one), or a session with
+ * `default_transaction_read_only` on. Leases are written on the primary only; `inspect` still
+ * works on a standby. `cause` is the server's 25006 error.
+ *
+ * @example
+ * import { LeaseReadOnlyError } from 'pg-lease';
+ * try {
+ *   await client.acquire('job-42', { ttl: '30s' });
+ * } catch (error) {
+ *   if (error instanceof LeaseReadOnlyError) console.error('DATABASE_URL names a replica');
+ *   else throw error;
+ * }
+ */
+export class LeaseReadOnlyError extends LeaseError {
+  override name = 'LeaseReadOnlyError';
+  /** Always `25006`. */
+  readonly sqlState = SQLSTATE.READ_ONLY_SQL_TRANSACTION;
+  /** The server's message, e.g. `pg_lease: acquire needs a read-write transaction`. */
+  readonly serverMessage: string;
+
+  constructor(serverMessage: string, options?: ErrorOptions) {
+    super(
+      'read_only',
+      `pg_lease: cannot write leases here (${serverMessage}): the server is a hot standby or the ` +
+        'session is read-only; leases are acquired, renewed and released on the primary only, so ' +
+        'connect to the primary (inspect works on a standby)',
+      options,
+    );
+    this.serverMessage = serverMessage;
   }
 }
 
@@ -282,6 +323,30 @@ function lostMessage(status: LostStatus, lease: { key: string; epoch: bigint }):
   }
 }
 
+/**
+ * PostgreSQL's WARNING when a commit's wait for the synchronous standbys is cancelled: the
+ * transaction has committed locally but may not be on any standby.
+ */
+const UNCONFIRMED_COMMIT = /^canceling (the )?wait for synchronous replication/;
+
+/**
+ * The error for a call whose reply came with PostgreSQL's "canceling wait for synchronous
+ * replication" WARNING, or undefined for any other notice.
+ */
+export function unconfirmedCommit(
+  notice: { message?: string },
+  key: string,
+): LeaseError | undefined {
+  if (!UNCONFIRMED_COMMIT.test(notice.message ?? '')) return undefined;
+  return new LeaseError(
+    'unconfirmed_commit',
+    `pg_lease: the call on ${JSON.stringify(key)} committed on the primary, but its wait for the ` +
+      `synchronous standby was cancelled (${notice.message}): a failover may lose it, so it is ` +
+      'not counted as done',
+    { cause: notice },
+  );
+}
+
 /** The fields node-postgres puts on a server error. */
 interface DatabaseErrorLike {
   code?: unknown;
@@ -309,5 +374,7 @@ export function translateError(error: unknown, key: string): unknown {
       message: error.message,
       ...(typeof detail === 'string' ? { detail } : {}),
     });
+  if (code === SQLSTATE.READ_ONLY_SQL_TRANSACTION)
+    return new LeaseReadOnlyError(error.message, { cause: error });
   return error;
 }

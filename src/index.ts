@@ -29,6 +29,7 @@ export {
   LeaseInvalidInputError,
   LeaseLostError,
   LeaseNotAcquiredError,
+  LeaseReadOnlyError,
   LeaseTimeoutError,
   SQLSTATE,
   STALE_EPOCH_MESSAGE,

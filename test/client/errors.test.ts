@@ -5,6 +5,7 @@ import {
   ACQUIRE_TIMEOUT_MESSAGE,
   LeaseClient,
   LeaseError,
+  LeaseReadOnlyError,
   LeaseTimeoutError,
   SQLSTATE,
 } from '../../src/index.js';
@@ -125,6 +126,36 @@ describe('errors', () => {
       );
     } finally {
       await unreachable.end();
+    }
+  });
+
+  test('a writing call in a read-only session rejects with LeaseReadOnlyError naming the primary', async () => {
+    const key = uniqueKey();
+    const readOnly = new pg.Pool({
+      connectionString: db.url,
+      options: '-c default_transaction_read_only=on',
+      max: 1,
+    });
+    try {
+      const leases = new LeaseClient(readOnly);
+      const error = await leases.acquire(key, { ttl: '30s' }).then(
+        () => assert.fail('acquired in a read-only session'),
+        (caught: unknown) => caught,
+      );
+      assert.ok(error instanceof LeaseReadOnlyError);
+      assert.equal(error.code, 'read_only');
+      assert.equal(error.sqlState, SQLSTATE.READ_ONLY_SQL_TRANSACTION);
+      assert.match(error.message, /hot standby/);
+      assert.match(error.message, /primary/);
+      assert.equal((error.cause as pg.DatabaseError).code, '25006');
+      await assert.rejects(
+        leases.renew(key, { owner: 'o', epoch: 1n, ttl: '30s' }),
+        LeaseReadOnlyError,
+      );
+      await assert.rejects(leases.release(key, { owner: 'o', epoch: 1n }), LeaseReadOnlyError);
+      assert.equal(await leases.inspect(key), null);
+    } finally {
+      await readOnly.end();
     }
   });
 });

@@ -41,6 +41,12 @@ export interface ClusterOptions {
    * script that the package no longer ships, to test updates from it.
    */
   extraExtensionFiles?: readonly string[];
+  /**
+   * Fills the data directory instead of `initdb` (a base backup, for a standby: see
+   * `startStandby` in `standby.ts`). Called once, before the first start, with the
+   * private dirs made; `dataDir` does not exist yet.
+   */
+  populate?: (cluster: PgCluster) => void | Promise<void>;
 }
 
 /** Stop modes, as in `pg_ctl stop -m`: `fast` rolls back sessions and checkpoints, `immediate` does neither. */
@@ -164,7 +170,9 @@ export class PgCluster implements AsyncDisposable {
     live.add(cluster);
     installExitHook();
     try {
-      cluster.#initdb();
+      cluster.#makeDirs();
+      if (options.populate) await options.populate(cluster);
+      else cluster.#initdb();
       cluster.#reservation = await reservePort(HOST);
       cluster.#port = cluster.#reservation.port;
       cluster.#startWatchdog();
@@ -194,6 +202,11 @@ export class PgCluster implements AsyncDisposable {
    */
   get serverAccount(): { uid: number; gid: number } | undefined {
     return this.#owner;
+  }
+
+  /** The `-c` settings the server starts with (harness defaults plus the options'). */
+  get settings(): Readonly<Record<string, string>> {
+    return { ...this.#settings };
   }
 
   /** Whether the postmaster is running. */
@@ -442,13 +455,16 @@ export class PgCluster implements AsyncDisposable {
     }
   }
 
-  #initdb(): void {
+  #makeDirs(): void {
     fs.chmodSync(this.baseDir, 0o700);
     fs.mkdirSync(this.socketDir, { mode: 0o700 });
     if (this.#owner) {
       for (const dir of [this.baseDir, this.socketDir])
         fs.chownSync(dir, this.#owner.uid, this.#owner.gid);
     }
+  }
+
+  #initdb(): void {
     const result = spawnSync(
       path.join(this.installation.bindir, 'initdb'),
       [

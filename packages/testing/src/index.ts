@@ -28,3 +28,13 @@ export {
   type InstallationRequest,
   type PgInstallation,
 } from './installation.js';
+export {
+  promote,
+  setSynchronousStandbys,
+  startStandby,
+  waitForReplay,
+  waitForStreaming,
+  type Standby,
+  type StandbyOptions,
+} from './standby.js';
+export { PgBouncer, findPgBouncer, startPgBouncer, type PgBouncerOptions } from './pgbouncer.js';

@@ -197,6 +197,35 @@ describe('synchronous_commit with a synchronous standby', () => {
     }
   });
 
+  test('a same-owner re-acquire of a grant whose wait for the standby was cancelled waits for the standby too', async () => {
+    await using pair = await startPair({ synchronous: true });
+    const holder = await connect(pair.url(), 'holder');
+    const notices: string[] = [];
+    holder.on('notice', (notice) => notices.push(notice.message ?? ''));
+    try {
+      const pid = await backendPid(holder);
+      await pair.standby.cluster.stop();
+      const first = track(acquire(holder, 'again', 'A', '60 seconds'));
+      await waitUntilWaitingForStandby(pair.primary, pid);
+      await pair.primary.query('SELECT pg_cancel_backend($1)', [pid]);
+      // PostgreSQL has committed locally and says so with a WARNING: the grant is on the
+      // primary only.
+      const granted = await first.promise;
+      assert.equal(granted.acquired, true);
+      assert.ok(notices.some((n) => /canceling wait for synchronous replication/.test(n)));
+
+      // Asking again must not confirm that grant before the standby has it.
+      const again = track(acquire(holder, 'again', 'A', '60 seconds'));
+      await waitUntilWaitingForStandby(pair.primary, pid);
+      assert.equal(again.settled(), false, 'the re-acquire was confirmed without the standby');
+      await pair.standby.cluster.start();
+      const confirmed = await again.promise;
+      assert.deepEqual([confirmed.acquired, confirmed.epoch], [true, granted.epoch]);
+    } finally {
+      await disconnect(holder);
+    }
+  });
+
   test('on 0.1.0 a caller on local or off is acknowledged without the standby, and after promotion another owner gets the same epoch', async () => {
     await using pair = await startPair({
       synchronous: true,

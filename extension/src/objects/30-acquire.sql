@@ -62,6 +62,7 @@ DECLARE
     v_epoch      bigint;
     v_expires_at timestamptz;
     v_again      boolean;
+    v_confirmed  boolean;
 BEGIN
     -- Fast path (see lease._is_plain_text); wait = 0 is part of it.
     IF (lease._is_plain_ttl(p_ttl) AND lease._is_plain_zero(p_wait)
@@ -131,14 +132,29 @@ BEGIN
             -- HELD (§2): the same owner gets its grant unchanged, anyone
             -- else is denied.
             IF v_owner = p_owner COLLATE pg_catalog."C" THEN
-                -- §10 Isolation: under REPEATABLE READ or SERIALIZABLE the
-                -- SELECT read the transaction's snapshot, which may predate
-                -- a release and a new grant.  Confirm from committed state:
-                -- locking the row fails with 40001 when it changed after the
-                -- snapshot, so once it is locked the snapshot's row is the
-                -- committed one; a clock read after the lock says whether it
-                -- is still live (the lock may have been waited for).
-                IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+                IF pg_catalog.current_setting('synchronous_standby_names') <> '' THEN
+                    -- §10 Durable commits: the grant's own commit may have
+                    -- been acknowledged before a synchronous standby had it
+                    -- (a cancelled wait).  Rewriting the row unchanged makes
+                    -- this transaction's commit wait for the standby, and so
+                    -- for everything before it.  The UPDATE also locks the
+                    -- row (40001 under REPEATABLE READ if it changed); if the
+                    -- grant changed or lapsed meanwhile, look again.
+                    UPDATE lease.leases AS l
+                       SET epoch = l.epoch
+                     WHERE l.key = p_key COLLATE pg_catalog."C"
+                       AND l.owner = p_owner COLLATE pg_catalog."C"
+                       AND l.epoch = v_epoch;
+                    v_confirmed := FOUND AND pg_catalog.clock_timestamp() < v_expires_at;
+                ELSIF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+                    -- §10 Isolation: under REPEATABLE READ or SERIALIZABLE
+                    -- the SELECT read the transaction's snapshot, which may
+                    -- predate a release and a new grant.  Confirm from
+                    -- committed state: locking the row fails with 40001 when
+                    -- it changed after the snapshot, so once it is locked the
+                    -- snapshot's row is the committed one; a clock read after
+                    -- the lock says whether it is still live (the lock may
+                    -- have been waited for).
                     PERFORM FROM lease.leases AS l
                      WHERE l.key = p_key COLLATE pg_catalog."C"
                        FOR SHARE;
@@ -147,14 +163,20 @@ BEGIN
                             USING ERRCODE = 'serialization_failure',
                                   HINT = 'Retry the transaction; acquire then makes a new grant.';
                     END IF;
+                    v_confirmed := true;
+                ELSE
+                    v_confirmed := true;
                 END IF;
-                acquired := true;
-                epoch := v_epoch;
-                expires_at := v_expires_at;
-                RETURN NEXT;
-                RETURN;
+                IF v_confirmed THEN
+                    acquired := true;
+                    epoch := v_epoch;
+                    expires_at := v_expires_at;
+                    RETURN NEXT;
+                    RETURN;
+                END IF;
+            ELSE
+                EXIT;
             END IF;
-            EXIT;
         END IF;
 
         -- 4. The key changed since the UPDATE's snapshot.

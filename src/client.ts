@@ -5,6 +5,7 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import type { Duration } from './duration.js';
+import { acquireMany, RenewBatcher } from './batch.js';
 import {
   LeaseError,
   LeaseNotAcquiredError,
@@ -14,6 +15,7 @@ import {
 } from './errors.js';
 import { observed, publish } from './events.js';
 import { fencedTransaction, type FencedOptions } from './fence.js';
+import { KeepAliveGroup } from './keep-alive-group.js';
 import type { KeepAliveOptions } from './keeper.js';
 import { Lease, type LeaseCalls, type LeaseStatus, type RenewCall } from './lease.js';
 import {
@@ -24,6 +26,7 @@ import {
   type PurgeOptions,
 } from './operations.js';
 import { defaultOwner } from './owner.js';
+import { STATEMENTS, type Statement } from './statements.js';
 import { validateInput } from './validation.js';
 
 /**
@@ -52,6 +55,35 @@ export interface LeaseClientOptions {
    * grant (same epoch) instead of waiting for it.
    */
   owner?: string;
+  /**
+   * Send every call as a named (prepared) statement, parsed and planned once per connection.
+   * Default `true`. Set `false` behind a pooler in transaction mode that does not track
+   * prepared statements (PgBouncer before 1.21, or `max_prepared_statements = 0`): there a
+   * statement prepared on one server connection is unknown on the next.
+   */
+  preparedStatements?: boolean;
+  /**
+   * Keep-alive handles share one schedule per client, and the renewals due together go out as
+   * one `lease.renew_many` per owner and ttl. Default `true`; `false` gives every handle a
+   * timer and a renew statement of its own.
+   */
+  sharedKeepAlive?: boolean;
+}
+
+/**
+ * Options of {@link LeaseClient.acquireMany}.
+ *
+ * @example
+ * import type { AcquireManyOptions } from 'pg-lease';
+ * const options: AcquireManyOptions = { ttl: '30s', owner: 'shard-worker-3', keepAlive: true };
+ */
+export interface AcquireManyOptions {
+  /** How long each grant lasts unless renewed: milliseconds or interval text (`'30s'`). */
+  ttl: Duration;
+  /** One owner for every key. Default: the client's `owner` option, else a fresh {@link defaultOwner}. */
+  owner?: string;
+  /** Renew every granted lease automatically, as for {@link LeaseClient.acquire}. */
+  keepAlive?: boolean | KeepAliveOptions;
 }
 
 /**
@@ -128,10 +160,13 @@ export class LeaseClient implements AsyncDisposable {
   readonly #db: pg.Pool | pg.ClientBase;
   readonly #ownsPool: boolean;
   readonly #owner: string | undefined;
-  readonly #calls: LeaseCalls = {
-    renew: (key, owner, epoch, ttl) => this.#renew(key, owner, epoch, ttl),
-    release: (key, owner, epoch) => this.#release(key, owner, epoch),
-  };
+  readonly #prepared: boolean;
+  readonly #batcher = new RenewBatcher(
+    (key, statement, values) => this.#query(key, statement, values),
+    (key, owner, epoch, ttl) => this.#renew(key, owner, epoch, ttl),
+  );
+  readonly #group = new KeepAliveGroup(this.#batcher);
+  readonly #calls: LeaseCalls;
 
   /**
    * @param database a `pg.Pool`, a dedicated `pg.Client` (connected, with an `error` listener:
@@ -149,6 +184,14 @@ export class LeaseClient implements AsyncDisposable {
       this.#ownsPool = false;
     }
     this.#owner = options.owner;
+    this.#prepared = options.preparedStatements ?? true;
+    this.#calls = {
+      renew: (key, owner, epoch, ttl) => this.#batcher.renew(key, owner, epoch, ttl),
+      release: (key, owner, epoch) => this.#release(key, owner, epoch),
+    };
+    if (options.sharedKeepAlive ?? true)
+      this.#calls.scheduler = (renew, ttlMs, keepAlive) =>
+        this.#group.scheduler(renew, ttlMs, keepAlive);
   }
 
   /**
@@ -181,21 +224,18 @@ export class LeaseClient implements AsyncDisposable {
       epoch: string | null;
       expires_at: Date | null;
       remaining_us: number | null;
-    }>(
-      key,
-      `SELECT a.acquired, a.epoch::text AS epoch, a.expires_at, ${REMAINING_US('a')}
-         FROM lease.acquire($1, $2, ${MICROSECONDS('$3')}, ${MICROSECONDS('$4')}) AS a`,
-      [key, owner, input.ttlMicroseconds, input.waitMicroseconds],
-    ).catch((error: unknown) => {
-      if (error instanceof LeaseTimeoutError && observed('notAcquired'))
-        publish('notAcquired', {
-          key,
-          owner,
-          reason: 'timeout',
-          waitedMs: performance.now() - sentAt,
-        });
-      throw error;
-    });
+    }>(key, STATEMENTS.acquire, [key, owner, input.ttlMicroseconds, input.waitMicroseconds]).catch(
+      (error: unknown) => {
+        if (error instanceof LeaseTimeoutError && observed('notAcquired'))
+          publish('notAcquired', {
+            key,
+            owner,
+            reason: 'timeout',
+            waitedMs: performance.now() - sentAt,
+          });
+        throw error;
+      },
+    );
     const row = rows[0]!;
     if (!row.acquired) {
       if (observed('notAcquired'))
@@ -237,6 +277,52 @@ export class LeaseClient implements AsyncDisposable {
         waitedMs: performance.now() - sentAt,
       });
     return lease;
+  }
+
+  /**
+   * Acquires many keys for one owner with one statement per 10000 keys (`lease.acquire_many`):
+   * resolves with one entry per key, in the order given, a {@link Lease} or `null` when another
+   * owner holds it. Each key gets exactly what {@link acquire} with `wait` 0 would give; the
+   * handles are independent (each its own deadline and `signal`). With `keepAlive`, the shared
+   * keep-alive renews them together. Keys must be distinct.
+   *
+   * @example
+   * const shards = ['shard-0', 'shard-1', 'shard-2'];
+   * const leases = await client.acquireMany(shards, { ttl: '30s', owner: 'worker-7', keepAlive: true });
+   * const mine = leases.filter((lease) => lease !== null);
+   */
+  async acquireMany(
+    keys: readonly string[],
+    options: AcquireManyOptions,
+  ): Promise<(Lease | null)[]> {
+    const owner = options.owner ?? this.#owner ?? defaultOwner();
+    let ttlMicroseconds = 0;
+    for (const key of keys)
+      ttlMicroseconds = validateInput('acquire', { key, owner, ttl: options.ttl }).ttlMicroseconds;
+    if (keys.length === 0) return [];
+    const rows = await acquireMany(
+      (key, statement, values) => this.#query(key, statement, values),
+      keys,
+      owner,
+      ttlMicroseconds,
+    );
+    const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
+    return rows.map((row) =>
+      row.acquired
+        ? new Lease(
+            this.#calls,
+            {
+              key: row.key,
+              owner,
+              epoch: row.epoch!,
+              expiresAt: row.expiresAt!,
+              ttlMicroseconds,
+              deadline: row.sentAt + row.remainingMs!,
+            },
+            keepAlive,
+          )
+        : null,
+    );
   }
 
   /**
@@ -316,11 +402,7 @@ export class LeaseClient implements AsyncDisposable {
       owner: string | null;
       epoch: string;
       expires_at: Date | null;
-    }>(
-      key,
-      'SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at FROM lease.inspect($1) AS i',
-      [key],
-    );
+    }>(key, STATEMENTS.inspect, [key]);
     const row = rows[0];
     if (!row) return null;
     return {
@@ -423,12 +505,7 @@ export class LeaseClient implements AsyncDisposable {
       status: LeaseStatus;
       expires_at: Date | null;
       remaining_us: number | null;
-    }>(
-      key,
-      `SELECT r.status, r.expires_at, ${REMAINING_US('r')}
-         FROM lease.renew($1, $2, $3::bigint, ${MICROSECONDS('$4')}) AS r`,
-      [key, owner, epoch.toString(), ttlMicroseconds],
-    );
+    }>(key, STATEMENTS.renew, [key, owner, epoch.toString(), ttlMicroseconds]);
     const row = rows[0]!;
     return {
       status: row.status,
@@ -439,11 +516,11 @@ export class LeaseClient implements AsyncDisposable {
   }
 
   async #release(key: string, owner: string, epoch: bigint): Promise<LeaseStatus> {
-    const rows = await this.#query<{ status: LeaseStatus }>(
+    const rows = await this.#query<{ status: LeaseStatus }>(key, STATEMENTS.release, [
       key,
-      'SELECT r.status FROM lease.release($1, $2, $3::bigint) AS r',
-      [key, owner, epoch.toString()],
-    );
+      owner,
+      epoch.toString(),
+    ]);
     return rows[0]!.status;
   }
 
@@ -458,12 +535,7 @@ export class LeaseClient implements AsyncDisposable {
         owner: string | null;
         epoch: string;
         remaining_us: number | null;
-      }>(
-        key,
-        `SELECT i.owner, i.epoch::text AS epoch, ${REMAINING_US('i')}
-           FROM lease.inspect($1) AS i WHERE i.held`,
-        [key],
-      );
+      }>(key, STATEMENTS.measureDeadline, [key]);
       const row = rows[0];
       if (row && row.owner === owner && BigInt(row.epoch) === epoch)
         return sentAt + row.remaining_us! / 1000;
@@ -476,15 +548,18 @@ export class LeaseClient implements AsyncDisposable {
   /** Runs one statement outside any transaction block; see the class comment. */
   async #query<R extends pg.QueryResultRow>(
     key: string,
-    text: string,
+    statement: Statement,
     values: unknown[],
   ): Promise<R[]> {
+    const query: pg.QueryConfig = this.#prepared
+      ? { name: statement.name, text: statement.text, values }
+      : { text: statement.text, values };
     const db = this.#db;
-    if (!isPool(db)) return runOutsideTransaction<R>(db, key, text, values);
+    if (!isPool(db)) return runOutsideTransaction<R>(db, key, query);
     const connection = await db.connect();
     let broken: Error | undefined;
     try {
-      return await runOutsideTransaction<R>(connection, key, text, values);
+      return await runOutsideTransaction<R>(connection, key, query);
     } catch (error) {
       if (isConnectionFailure(error)) broken = error as Error;
       throw error;
@@ -497,8 +572,7 @@ export class LeaseClient implements AsyncDisposable {
 async function runOutsideTransaction<R extends pg.QueryResultRow>(
   connection: pg.ClientBase,
   key: string,
-  text: string,
-  values: unknown[],
+  query: pg.QueryConfig,
 ): Promise<R[]> {
   const status = connection.getTransactionStatus();
   if (status === 'T' || status === 'E')
@@ -515,7 +589,7 @@ async function runOutsideTransaction<R extends pg.QueryResultRow>(
   connection.on('notice', onNotice);
   let rows: R[];
   try {
-    rows = (await connection.query<R>(text, values)).rows;
+    rows = (await connection.query<R>(query)).rows;
   } catch (error) {
     throw translateError(error, key);
   } finally {
@@ -523,20 +597,6 @@ async function runOutsideTransaction<R extends pg.QueryResultRow>(
   }
   if (unconfirmed) throw unconfirmed;
   return rows;
-}
-
-/** `$n` microseconds as an interval, exactly (float8 holds every whole number up to 2^53). */
-function MICROSECONDS(parameter: string): string {
-  return `(${parameter}::float8 * interval '1 microsecond')`;
-}
-
-/**
- * Time left on a grant in microseconds, measured by the server while it answers: any
- * clock_timestamp() of the statement is later than the client's send, which is all the
- * deadline needs.
- */
-function REMAINING_US(alias: string): string {
-  return `pg_catalog.date_part('epoch', ${alias}.expires_at - pg_catalog.clock_timestamp()) * 1000000 AS remaining_us`;
 }
 
 function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {

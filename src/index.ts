@@ -13,6 +13,7 @@
  */
 export {
   LeaseClient,
+  type AcquireManyOptions,
   type AcquireOptions,
   type LeaseClientOptions,
   type LeaseDatabase,

@@ -31,8 +31,23 @@ export interface KeepAliveOptions {
 /** Longest delay Node's timers accept (about 24.8 days); longer waits are chained. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/** What schedules a handle's renewals: a {@link Keeper} of its own or the client's shared group. @internal */
+export interface Scheduler {
+  start(): void;
+  stop(): void;
+}
+
+/** keepAlive.interval in milliseconds, undefined for the default (ttl / 3). @internal */
+export function keepAliveIntervalMs(options: KeepAliveOptions): number | undefined {
+  if (options.interval === undefined) return undefined;
+  const micros = durationMicroseconds(options.interval);
+  if (micros === undefined || micros <= 0)
+    throw new RangeError('pg_lease: keepAlive.interval must be a positive finite duration');
+  return micros / 1000;
+}
+
 /** @internal */
-export class Keeper {
+export class Keeper implements Scheduler {
   readonly #renew: () => Promise<unknown>;
   readonly #ttlMs: () => number;
   readonly #intervalMs: number | undefined;
@@ -46,12 +61,7 @@ export class Keeper {
   constructor(renew: () => Promise<unknown>, ttlMs: () => number, options: KeepAliveOptions) {
     this.#renew = renew;
     this.#ttlMs = ttlMs;
-    if (options.interval !== undefined) {
-      const micros = durationMicroseconds(options.interval);
-      if (micros === undefined || micros <= 0)
-        throw new RangeError('pg_lease: keepAlive.interval must be a positive finite duration');
-      this.#intervalMs = micros / 1000;
-    }
+    this.#intervalMs = keepAliveIntervalMs(options);
   }
 
   start(): void {

@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import type { Duration } from './duration.js';
 import { LeaseError, LeaseLostError, type LostStatus } from './errors.js';
 import { observed, publish } from './events.js';
-import { Keeper, MAX_TIMER_MS, type KeepAliveOptions } from './keeper.js';
+import { Keeper, MAX_TIMER_MS, type KeepAliveOptions, type Scheduler } from './keeper.js';
 import { validateInput } from './validation.js';
 
 /**
@@ -43,6 +43,12 @@ export interface RenewCall {
 export interface LeaseCalls {
   renew(key: string, owner: string, epoch: bigint, ttlMicroseconds: number): Promise<RenewCall>;
   release(key: string, owner: string, epoch: bigint): Promise<LeaseStatus>;
+  /** Schedules keep-alive renewals; default: a {@link Keeper} of the handle's own. */
+  scheduler?(
+    renew: () => Promise<unknown>,
+    ttlMs: () => number,
+    options: KeepAliveOptions,
+  ): Scheduler;
 }
 
 /** A confirmed grant, as acquire reports it. @internal */
@@ -90,7 +96,7 @@ export class Lease implements AsyncDisposable {
   #ttlMicroseconds: number;
   #deadline: number;
   #timer: NodeJS.Timeout | undefined;
-  #keeper: Keeper | undefined;
+  #keeper: Scheduler | undefined;
   #renewals: Promise<unknown> = Promise.resolve();
   #release: Promise<LeaseStatus> | undefined;
   /** The driver error of the last renewal, kept as the cause if the deadline passes next. */
@@ -109,11 +115,10 @@ export class Lease implements AsyncDisposable {
     this.#deadline = grant.deadline;
     this.#armDeadline();
     if (keepAlive && !this.signal.aborted) {
-      this.#keeper = new Keeper(
-        () => this.#renewSerialized(this.#ttlMicroseconds),
-        () => this.#ttlMicroseconds / 1000,
-        keepAlive,
-      );
+      const renew = () => this.#renewSerialized(this.#ttlMicroseconds);
+      const ttlMs = () => this.#ttlMicroseconds / 1000;
+      this.#keeper =
+        calls.scheduler?.(renew, ttlMs, keepAlive) ?? new Keeper(renew, ttlMs, keepAlive);
       this.#keeper.start();
     }
   }

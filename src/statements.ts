@@ -1,0 +1,81 @@
+/**
+ * The SQL the client sends, one named statement per call.
+ *
+ * node-postgres sends a query with a `name` as a prepared statement: parsed and planned once per
+ * connection, then only bound and executed. An unnamed query is parsed and planned on every
+ * call, which costs the server more than some of pg_lease's calls do themselves. Names carry a
+ * hash of the text, so two versions of the client on one connection never share a name for
+ * different SQL (node-postgres refuses that).
+ *
+ * Behind a pooler in transaction mode (PgBouncer before 1.21, or with
+ * `max_prepared_statements = 0`) consecutive statements of a client may run on different server
+ * connections, where a statement prepared on one is unknown: set the client's
+ * `preparedStatements` option to `false` there.
+ */
+import { createHash } from 'node:crypto';
+
+/** One statement of the client: its SQL and the name it is prepared under. @internal */
+export interface Statement {
+  readonly name: string;
+  readonly text: string;
+}
+
+function statement(label: string, text: string): Statement {
+  const hash = createHash('sha256').update(text).digest('hex').slice(0, 12);
+  return { name: `pg_lease_${label}_${hash}`, text };
+}
+
+/** `$n` microseconds as an interval, exactly (float8 holds every whole number up to 2^53). */
+function MICROSECONDS(parameter: string): string {
+  return `(${parameter}::float8 * interval '1 microsecond')`;
+}
+
+/**
+ * Time left on a grant in microseconds, measured by the server while it answers: any
+ * clock_timestamp() of the statement is later than the client's send, which is all the
+ * deadline needs.
+ */
+function REMAINING_US(alias: string): string {
+  return `pg_catalog.date_part('epoch', ${alias}.expires_at - pg_catalog.clock_timestamp()) * 1000000 AS remaining_us`;
+}
+
+/** @internal */
+export const STATEMENTS = {
+  acquire: statement(
+    'acquire',
+    `SELECT a.acquired, a.epoch::text AS epoch, a.expires_at, ${REMAINING_US('a')}
+       FROM lease.acquire($1, $2, ${MICROSECONDS('$3')}, ${MICROSECONDS('$4')}) AS a`,
+  ),
+  renew: statement(
+    'renew',
+    `SELECT r.status, r.expires_at, ${REMAINING_US('r')}
+       FROM lease.renew($1, $2, $3::bigint, ${MICROSECONDS('$4')}) AS r`,
+  ),
+  release: statement('release', 'SELECT r.status FROM lease.release($1, $2, $3::bigint) AS r'),
+  inspect: statement(
+    'inspect',
+    'SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at FROM lease.inspect($1) AS i',
+  ),
+  measureDeadline: statement(
+    'measure_deadline',
+    `SELECT i.owner, i.epoch::text AS epoch, ${REMAINING_US('i')}
+       FROM lease.inspect($1) AS i WHERE i.held`,
+  ),
+  acquireMany: statement(
+    'acquire_many',
+    `SELECT a.key, a.acquired, a.epoch::text AS epoch, a.expires_at, ${REMAINING_US('a')}
+       FROM lease.acquire_many($1::text[], $2, ${MICROSECONDS('$3')}) AS a`,
+  ),
+  renewMany: statement(
+    'renew_many',
+    `SELECT r.key, r.status, r.expires_at, ${REMAINING_US('r')}
+       FROM lease.renew_many($1::text[], $2, $3::bigint[], ${MICROSECONDS('$4')}) AS r`,
+  ),
+  releaseMany: statement(
+    'release_many',
+    'SELECT r.key, r.status FROM lease.release_many($1::text[], $2, $3::bigint[]) AS r',
+  ),
+} as const;
+
+/** Most keys one batch statement takes (the server's documented limit). */
+export const MAX_BATCH_KEYS = 10_000;

@@ -1,0 +1,204 @@
+/**
+ * The client's batches: acquireMany, the shared keep-alive that renews every handle of a
+ * client with one lease.renew_many per owner and ttl, and prepared statements (named, on by
+ * default; off for poolers in transaction mode).
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { LeaseClient, LeaseLostError, type Lease } from '../../src/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { abortReason, uniqueKey } from './helpers.js';
+
+let db: TestDatabase;
+before(async () => {
+  db = await createTestDatabase();
+});
+after(() => db.close());
+
+/** A pool whose connections record the text of every statement they send. */
+function recordingPool(): { pool: pg.Pool; sent: string[] } {
+  const sent: string[] = [];
+  class RecordingClient extends pg.Client {
+    override query(...args: unknown[]): never {
+      const first = args[0] as string | { text?: string };
+      sent.push(typeof first === 'string' ? first : (first.text ?? ''));
+      return (super.query as (...a: unknown[]) => never)(...args);
+    }
+  }
+  const pool = new pg.Pool({ connectionString: db.url, max: 4, Client: RecordingClient });
+  pool.on('error', () => undefined);
+  return { pool, sent };
+}
+
+const renewsIn = (sent: string[]) => ({
+  single: sent.filter((t) => t.includes('lease.renew(')).length,
+  batched: sent.filter((t) => t.includes('lease.renew_many(')).length,
+});
+
+describe('acquireMany', () => {
+  test('grants free keys, denies held ones, in the order given, each handle on its own', async () => {
+    const client = new LeaseClient(db.pool);
+    const keys = [uniqueKey('m'), uniqueKey('m'), uniqueKey('m')];
+    const other = await client.acquire(keys[1]!, { ttl: '1 min', owner: 'someone-else' });
+    const leases = await client.acquireMany(keys, { ttl: '1 min', owner: 'worker-7' });
+    assert.deepEqual(
+      leases.map((l) => l?.key ?? null),
+      [keys[0], null, keys[2]],
+    );
+    assert.deepEqual(
+      leases.map((l) => l?.epoch ?? null),
+      [1n, null, 1n],
+    );
+    assert.equal(leases[0]!.owner, 'worker-7');
+    // Each handle renews and releases for itself.
+    await leases[0]!.renew();
+    assert.equal(await leases[0]!.release(), 'ok');
+    assert.equal(leases[2]!.signal.aborted, false);
+    assert.equal((await client.inspect(keys[2]!))?.owner, 'worker-7');
+    assert.equal(await leases[2]!.release(), 'ok');
+    await other!.release();
+  });
+
+  test('a repeated key is invalid input and grants nothing', async () => {
+    const client = new LeaseClient(db.pool);
+    const key = uniqueKey('dup');
+    await assert.rejects(client.acquireMany([key, key], { ttl: '1 min' }), {
+      name: 'LeaseInvalidInputError',
+    });
+    assert.equal(await client.inspect(key), null);
+  });
+});
+
+describe('shared keep-alive', () => {
+  test('renews all live handles of one owner and ttl with renew_many, past several ttls', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool);
+    try {
+      const keys = Array.from({ length: 25 }, () => uniqueKey('ka'));
+      const leases = (await client.acquireMany(keys, {
+        ttl: '1500ms',
+        owner: 'worker-ka',
+        keepAlive: true,
+      })) as Lease[];
+      sent.length = 0;
+      await sleep(4_000); // more than two ttls: without renewals every lease would be lost
+      for (const lease of leases) assert.equal(lease.signal.aborted, false, String(lease.lost));
+      const { single, batched } = renewsIn(sent);
+      assert.ok(batched >= 2, `renew_many statements: ${batched}`);
+      assert.equal(single, 0, 'no handle renewed on its own');
+      const { rows } = await db.pool.query(
+        `SELECT count(*)::int AS n FROM lease.leases
+          WHERE key = ANY($1) AND owner = 'worker-ka' AND expires_at > clock_timestamp()`,
+        [keys],
+      );
+      assert.equal(rows[0].n, 25);
+      await Promise.all(leases.map((l) => l.release()));
+    } finally {
+      await pool.end();
+    }
+  });
+
+  test('a key taken over loses only its own handle; the others keep renewing', async () => {
+    const client = new LeaseClient(db.pool);
+    const keys = Array.from({ length: 5 }, () => uniqueKey('lose'));
+    const leases = (await client.acquireMany(keys, {
+      ttl: '1200ms',
+      owner: 'worker-lose',
+      keepAlive: true,
+    })) as Lease[];
+    const victim = leases[2]!;
+    // Another process of the same owner releases it and someone else takes the key.
+    await db.pool.query('SELECT lease.release($1, $2, $3)', [
+      victim.key,
+      victim.owner,
+      victim.epoch.toString(),
+    ]);
+    await db.pool.query("SELECT lease.acquire($1, 'thief', '1 min')", [victim.key]);
+    const reason = await abortReason(victim.signal);
+    assert.ok(reason instanceof LeaseLostError);
+    assert.equal(reason.status, 'not_owner');
+    await sleep(2_500); // two ttls more
+    for (const lease of leases)
+      if (lease !== victim) assert.equal(lease.signal.aborted, false, String(lease.lost));
+    await Promise.all(leases.map((l) => l.release()));
+  });
+
+  test('handles of different ttls and owners are renewed in their own groups', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool);
+    try {
+      const a = (await client.acquireMany([uniqueKey('g'), uniqueKey('g')], {
+        ttl: '1200ms',
+        owner: 'owner-a',
+        keepAlive: true,
+      })) as Lease[];
+      const b = (await client.acquireMany([uniqueKey('g'), uniqueKey('g')], {
+        ttl: '2400ms',
+        owner: 'owner-b',
+        keepAlive: true,
+      })) as Lease[];
+      sent.length = 0;
+      await sleep(3_000);
+      for (const lease of [...a, ...b]) assert.equal(lease.signal.aborted, false);
+      assert.equal(renewsIn(sent).single, 0);
+      await Promise.all([...a, ...b].map((l) => l.release()));
+    } finally {
+      await pool.end();
+    }
+  });
+
+  test('with sharedKeepAlive false each handle renews with its own statement', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool, { sharedKeepAlive: false });
+    try {
+      const leases = (await client.acquireMany([uniqueKey('own'), uniqueKey('own')], {
+        ttl: '900ms',
+        owner: 'worker-own',
+        keepAlive: true,
+      })) as Lease[];
+      sent.length = 0;
+      await sleep(1_500);
+      const { single, batched } = renewsIn(sent);
+      assert.equal(batched, 0);
+      assert.ok(single >= 2, `single renews: ${single}`);
+      await Promise.all(leases.map((l) => l.release()));
+    } finally {
+      await pool.end();
+    }
+  });
+});
+
+describe('prepared statements', () => {
+  async function preparedNames(options: { preparedStatements?: boolean }): Promise<string[]> {
+    const connection = new pg.Client({ connectionString: db.url });
+    await connection.connect();
+    try {
+      const client = new LeaseClient(connection, options);
+      const lease = (await client.acquire(uniqueKey('prep'), { ttl: '1 min' }))!;
+      await lease.renew();
+      await client.inspect(lease.key);
+      await lease.release();
+      const { rows } = await connection.query<{ name: string }>(
+        'SELECT name FROM pg_prepared_statements ORDER BY name',
+      );
+      return rows.map((r) => r.name);
+    } finally {
+      await connection.end();
+    }
+  }
+
+  test('every call is a named statement by default', async () => {
+    const names = await preparedNames({});
+    for (const call of ['acquire', 'renew', 'release', 'inspect'])
+      assert.ok(
+        names.some((n) => n.startsWith(`pg_lease_${call}_`)),
+        `${call} in ${names.join(', ')}`,
+      );
+  });
+
+  test('preparedStatements false sends unnamed statements only (for PgBouncer in transaction mode)', async () => {
+    assert.deepEqual(await preparedNames({ preparedStatements: false }), []);
+  });
+});

@@ -20,6 +20,9 @@ const API = [
   'lease.bind_owners(boolean)',
   'lease.list(text,boolean)',
   'lease.fence(text,bigint)',
+  'lease.acquire_many(text[],text,interval)',
+  'lease.renew_many(text[],text,bigint[],interval)',
+  'lease.release_many(text[],text,bigint[])',
 ];
 
 let db: TestDatabase;

@@ -1,0 +1,617 @@
+/**
+ * `npm run bench:scale`: pg_lease at scale, measured from Node.js on a durable throwaway cluster
+ * (the settings of `npm run bench`).
+ *
+ *   client    the TypeScript client's acquire + renew + release cycle against the same three
+ *             SQL calls sent as prepared statements by node-postgres, and against the client
+ *             with unnamed statements (preparedStatements: false); 1 and 16 workers in one
+ *             process, each on a key of its own; the arms alternate in short slices so that
+ *             drift on a shared machine hits them alike.
+ *   batch     1000 keys renewed by one lease.renew_many call against 1000 single renews (each
+ *             its own autocommit transaction, as a holder's renewals are), keys per second;
+ *             the same for acquire_many / release_many.
+ *   peers     16 workers doing acquire + renew + release, pg-lease client against node-redlock
+ *             on Redis with appendfsync always, in the same run (skipped, and said so, when
+ *             redis-server is not installed).
+ *   capacity  N live leases of one owner kept alive by one client's shared keep-alive (ttl 30 s,
+ *             renewed every 10 s): server CPU, WAL bytes per second, the closest any lease came
+ *             to its expiry, leases lost, client heap per lease; 10k and 100k (10k in quick
+ *             mode), and 10k with a keep-alive per handle for comparison.
+ *
+ * Writes summary.md, summary.json and environment.md to bench/results/<timestamp>-scale/.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { LeaseClient, type Lease } from '../src/index.js';
+import { PACKAGE_ROOT, PgCluster, findInstallation } from 'pg-lease-testing';
+import { environmentMarkdown, recordEnvironment } from './environment.js';
+import { serverCpuTicks } from './measure.js';
+import { findPgbench } from './pgbench.js';
+import { BENCH_DATABASE } from './setup.js';
+import { median, percentile } from './stats.js';
+
+/** The settings of `npm run bench` (bench/run.ts): durable, no autovacuum, rare checkpoints. */
+const BENCH_SETTINGS = {
+  fsync: 'on',
+  synchronous_commit: 'on',
+  full_page_writes: 'on',
+  shared_buffers: '128MB',
+  max_connections: 100,
+  autovacuum: 'off',
+  checkpoint_timeout: '30min',
+  max_wal_size: '4GB',
+  jit: 'off',
+};
+
+const TICK_MS = 10; // USER_HZ 100
+
+const { values } = parseArgs({
+  options: {
+    quick: { type: 'boolean' },
+    major: { type: 'string' },
+    'pg-config': { type: 'string' },
+    phases: { type: 'string' },
+    out: { type: 'string' },
+    help: { type: 'boolean' },
+  },
+});
+if (values.help) {
+  console.log(`npm run bench:scale -- [--quick] [--major 14..18 | --pg-config PATH]
+      [--phases client,batch,peers,capacity] [--out DIR]`);
+  process.exit(0);
+}
+const quick = values.quick ?? false;
+const phases = new Set((values.phases ?? 'client,batch,peers,capacity').split(','));
+const stamp = new Date()
+  .toISOString()
+  .replace(/[-:]/g, '')
+  .replace(/\.\d+Z$/, 'Z');
+const out =
+  values.out ??
+  path.join(PACKAGE_ROOT, 'bench', 'results', `${stamp}-scale${quick ? '-quick' : ''}`);
+const log = (line: string) =>
+  process.stderr.write(`[scale ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
+
+const summary: Record<string, unknown> = { quick, startedAt: new Date().toISOString() };
+const md: string[] = [];
+
+// ---------------------------------------------------------------------------------------------
+// Workers
+
+type Cycle = (worker: number, round: number) => Promise<void>;
+
+/** Runs `workers` loops of `cycle` for `ms`; returns every cycle's latency in microseconds. */
+async function runFor(workers: number, ms: number, cycle: Cycle): Promise<number[]> {
+  const latencies: number[] = [];
+  const end = performance.now() + ms;
+  await Promise.all(
+    Array.from({ length: workers }, async (_, worker) => {
+      for (let round = 0; performance.now() < end; round++) {
+        const start = performance.now();
+        await cycle(worker, round);
+        latencies.push((performance.now() - start) * 1000);
+      }
+    }),
+  );
+  return latencies;
+}
+
+interface ArmResult {
+  p50Us: number;
+  cyclesPerSecond: number;
+}
+
+/** Alternates the arms in slices (order reversed every slice); medians over slices. */
+async function interleaved(
+  arms: Record<string, Cycle>,
+  workers: number,
+  slices: number,
+  sliceMs: number,
+): Promise<Record<string, ArmResult>> {
+  const names = Object.keys(arms);
+  const perArm = new Map<string, { p50: number[]; rate: number[] }>(
+    names.map((n) => [n, { p50: [], rate: [] }]),
+  );
+  for (let slice = 0; slice < slices; slice++) {
+    const order = slice % 2 ? [...names].reverse() : names;
+    for (const name of order) {
+      const latencies = await runFor(workers, sliceMs, arms[name]!);
+      latencies.sort((a, b) => a - b);
+      perArm.get(name)!.p50.push(percentile(latencies, 50));
+      perArm.get(name)!.rate.push(latencies.length / (sliceMs / 1000));
+    }
+  }
+  return Object.fromEntries(
+    names.map((n) => [
+      n,
+      { p50Us: median(perArm.get(n)!.p50), cyclesPerSecond: median(perArm.get(n)!.rate) },
+    ]),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phases
+
+async function clientPhase(url: string): Promise<void> {
+  log('client vs SQL');
+  const pool = new pg.Pool({ connectionString: url, max: 16 });
+  const named = new LeaseClient(pool);
+  const unnamed = new LeaseClient(pool, { preparedStatements: false });
+  const sql: Cycle = async (worker, round) => {
+    const key = `sql-${worker}`;
+    const owner = `sql-${worker}-${round}`;
+    const a = await pool.query({
+      name: 'b_acquire',
+      text: 'SELECT acquired, epoch FROM lease.acquire($1, $2, $3::interval)',
+      values: [key, owner, '30 seconds'],
+    });
+    const epoch = a.rows[0].epoch as string;
+    await pool.query({
+      name: 'b_renew',
+      text: 'SELECT status FROM lease.renew($1, $2, $3, $4::interval)',
+      values: [key, owner, epoch, '30 seconds'],
+    });
+    await pool.query({
+      name: 'b_release',
+      text: 'SELECT status FROM lease.release($1, $2, $3)',
+      values: [key, owner, epoch],
+    });
+  };
+  const viaClient =
+    (client: LeaseClient, tag: string): Cycle =>
+    async (worker) => {
+      const lease = await client.acquire(`${tag}-${worker}`, { ttl: '30s' });
+      await lease!.renew();
+      await lease!.release();
+    };
+  const arms = {
+    client: viaClient(named, 'client'),
+    'client-unnamed': viaClient(unnamed, 'unnamed'),
+    'sql-prepared': sql,
+  };
+  const result: Record<string, unknown> = {};
+  md.push('## Client vs SQL: acquire + renew + release', '');
+  md.push(
+    '| workers | client p50 µs | SQL prepared p50 µs | client / SQL (p50) | client unnamed p50 µs | client cycles/s | SQL cycles/s | client / SQL (rate) | target |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+  );
+  for (const workers of [1, 16]) {
+    await runFor(workers, 1_000, arms.client); // warm-up: connections and statements
+    await runFor(workers, 1_000, arms['sql-prepared']);
+    await runFor(workers, 1_000, arms['client-unnamed']);
+    const r = await interleaved(arms, workers, quick ? 3 : 8, quick ? 1_000 : 2_000);
+    result[workers] = r;
+    const c = r.client!;
+    const s = r['sql-prepared']!;
+    const u = r['client-unnamed']!;
+    md.push(
+      `| ${workers} | ${c.p50Us.toFixed(0)} | ${s.p50Us.toFixed(0)} | ${(c.p50Us / s.p50Us).toFixed(2)} | ${u.p50Us.toFixed(0)} | ${c.cyclesPerSecond.toFixed(0)} | ${s.cyclesPerSecond.toFixed(0)} | ${(c.cyclesPerSecond / s.cyclesPerSecond).toFixed(2)} | p50 ≤ 1.05x |`,
+    );
+  }
+  md.push(
+    '',
+    'Medians over alternating slices; each cycle is three autocommit calls on a key of the worker’s own. ' +
+      '`client unnamed` is the client with `preparedStatements: false`: the difference to `client` is what named statements save per cycle.',
+    '',
+  );
+  summary.client = result;
+  await pool.end();
+}
+
+/** Like the main runner before each run: no run inherits dead row versions or owes a checkpoint. */
+async function tidy(db: pg.Client): Promise<void> {
+  await db.query('VACUUM lease.leases');
+  await db.query('CHECKPOINT');
+}
+
+async function batchPhase(url: string): Promise<void> {
+  log('batch speed-up');
+  const db = new pg.Client({ connectionString: url });
+  await db.connect();
+  const n = 1000;
+  const keys = Array.from({ length: n }, (_, i) => `batch-${i}`);
+  const owner = 'batch-owner';
+  await db.query('SELECT count(*) FROM lease.acquire_many($1, $2, $3)', [keys, owner, '1 hour']);
+  const { rows } = await db.query<{ epoch: string }>(
+    'SELECT epoch::text AS epoch FROM lease.acquire_many($1, $2, $3)',
+    [keys, owner, '1 hour'],
+  );
+  const epochs = rows.map((r) => r.epoch);
+  const reps = quick ? 5 : 20;
+  await tidy(db);
+  const batchTimes: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    const start = performance.now();
+    const r = await db.query({
+      name: 'renew_many',
+      text: "SELECT count(*) FILTER (WHERE status = 'ok') AS ok FROM lease.renew_many($1, $2, $3, $4::interval)",
+      values: [keys, owner, epochs, '1 hour'],
+    });
+    batchTimes.push(performance.now() - start);
+    if (Number(r.rows[0].ok) !== n) throw new Error('renew_many did not renew every key');
+  }
+  const singleTimes: number[] = [];
+  for (let i = 0; i < (quick ? 1 : 3); i++) {
+    await tidy(db);
+    const start = performance.now();
+    for (let k = 0; k < n; k++) {
+      const r = await db.query({
+        name: 'renew',
+        text: 'SELECT status FROM lease.renew($1, $2, $3, $4::interval)',
+        values: [keys[k], owner, epochs[k], '1 hour'],
+      });
+      if (r.rows[0].status !== 'ok') throw new Error('renew failed');
+    }
+    singleTimes.push(performance.now() - start);
+  }
+  const releaseTimes: number[] = [];
+  const acquireTimes: number[] = [];
+  for (let i = 0; i < (quick ? 3 : 5); i++) {
+    await tidy(db);
+    const { rows: held } = await db.query<{ epoch: string }>(
+      'SELECT epoch::text AS epoch FROM lease.acquire_many($1, $2, $3)',
+      [keys, owner, '1 hour'],
+    );
+    let start = performance.now();
+    await db.query('SELECT count(*) FROM lease.release_many($1, $2, $3)', [
+      keys,
+      owner,
+      held.map((r) => r.epoch),
+    ]);
+    releaseTimes.push(performance.now() - start);
+    start = performance.now();
+    await db.query('SELECT count(*) FROM lease.acquire_many($1, $2, $3)', [keys, owner, '1 hour']);
+    acquireTimes.push(performance.now() - start);
+    const { rows: again } = await db.query<{ epoch: string }>(
+      'SELECT epoch::text AS epoch FROM lease.acquire_many($1, $2, $3)',
+      [keys, owner, '1 hour'],
+    );
+    await db.query('SELECT count(*) FROM lease.release_many($1, $2, $3)', [
+      keys,
+      owner,
+      again.map((r) => r.epoch),
+    ]);
+  }
+  const releaseMs = median(releaseTimes);
+  const acquireMs = median(acquireTimes);
+  await db.end();
+  const batchMs = median(batchTimes);
+  const singleMs = median(singleTimes);
+  const speedUp = singleMs / batchMs;
+  summary.batch = {
+    keys: n,
+    batchMs,
+    singleMs,
+    speedUp,
+    acquireManyMs: acquireMs,
+    releaseManyMs: releaseMs,
+  };
+  md.push(
+    '## Batch speed-up: 1000 keys',
+    '',
+    '| | ms for 1000 keys | keys/s |',
+    '|---|---:|---:|',
+    `| one \`renew_many\` call (median of ${reps}) | ${batchMs.toFixed(1)} | ${((n / batchMs) * 1000).toFixed(0)} |`,
+    `| 1000 single \`renew\` calls, each its own commit (median of ${singleTimes.length}) | ${singleMs.toFixed(0)} | ${((n / singleMs) * 1000).toFixed(0)} |`,
+    `| one \`acquire_many\` of 1000 free keys (median) | ${acquireMs.toFixed(1)} | ${((n / acquireMs) * 1000).toFixed(0)} |`,
+    `| one \`release_many\` of 1000 held keys (median) | ${releaseMs.toFixed(1)} | ${((n / releaseMs) * 1000).toFixed(0)} |`,
+    '',
+    `Speed-up of renew_many: **${speedUp.toFixed(1)}x** (target ≥ 20x). One connection, prepared statements, fsync on.`,
+    '',
+  );
+}
+
+function findRedisServer(): string | undefined {
+  for (const candidate of [
+    process.env.REDIS_SERVER,
+    '/usr/bin/redis-server',
+    '/usr/local/bin/redis-server',
+  ])
+    if (candidate && fs.existsSync(candidate)) return candidate;
+  const which = spawnSync('sh', ['-c', 'command -v redis-server'], { encoding: 'utf8' });
+  return which.status === 0 ? which.stdout.trim() : undefined;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const port = (server.address() as net.AddressInfo).port;
+      server.close(() => resolve(port));
+    });
+    server.on('error', reject);
+  });
+}
+
+/** Waits until something accepts connections on the port (redis-server starting up). */
+async function untilListening(port: number): Promise<void> {
+  for (let i = 0; ; i++) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const socket = net.connect(port, '127.0.0.1');
+      socket.once('connect', () => {
+        socket.end();
+        resolve(true);
+      });
+      socket.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (i > 100) throw new Error(`nothing listens on port ${port}`);
+    await sleep(100);
+  }
+}
+
+async function peersPhase(url: string): Promise<void> {
+  log('peers');
+  md.push('## Peers: 16 workers, acquire + renew + release', '');
+  const redisServer = findRedisServer();
+  const pool = new pg.Pool({ connectionString: url, max: 16 });
+  const client = new LeaseClient(pool);
+  const arms: Record<string, Cycle> = {
+    'pg-lease client': async (worker) => {
+      const lease = await client.acquire(`peer-${worker}`, { ttl: '30s' });
+      await lease!.renew();
+      await lease!.release();
+    },
+  };
+  let redis: ChildProcess | undefined;
+  let dir: string | undefined;
+  let closeRedlock: (() => Promise<void>) | undefined;
+  let redisVersion: string | undefined;
+  let note: string;
+  const redlockModules = await loadRedlock();
+  if (!redisServer) {
+    note =
+      'node-redlock arm SKIPPED: redis-server is not installed (Debian: `apt-get install redis-server`).';
+  } else if (!redlockModules) {
+    note =
+      'node-redlock arm SKIPPED: the redlock and ioredis packages are not installed (`npm ci`).';
+  } else {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-redis-'));
+    const port = await freePort();
+    redisVersion = spawnSync(redisServer, ['--version'], { encoding: 'utf8' }).stdout.trim();
+    redis = spawn(
+      redisServer,
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        dir,
+        '--appendonly',
+        'yes',
+        '--appendfsync',
+        'always',
+        '--save',
+        '',
+        '--daemonize',
+        'no',
+      ],
+      { stdio: 'ignore' },
+    );
+    const { Redis, Redlock } = redlockModules;
+    await untilListening(port);
+    const connection = new Redis({ port, host: '127.0.0.1', lazyConnect: true });
+    await connection.connect();
+    const redlock = new Redlock([connection], { retryCount: 0 });
+    arms['node-redlock (Redis, appendfsync always)'] = async (worker) => {
+      const lock = await redlock.lock(`peer-${worker}`, 30_000);
+      const extended = await lock.extend(30_000);
+      await extended.unlock();
+    };
+    closeRedlock = async () => {
+      connection.disconnect();
+    };
+    note = `Redis: ${redisVersion}, one instance, \`--appendonly yes --appendfsync always\`, data dir on the same disk class as the cluster's (${os.tmpdir()}); node-redlock 4 over ioredis, one connection for all 16 workers, as redlock is used.`;
+  }
+  try {
+    for (const cycle of Object.values(arms)) await runFor(16, 1_000, cycle);
+    const r = await interleaved(arms, 16, quick ? 3 : 6, quick ? 1_000 : 2_000);
+    md.push('| arm | cycles/s | p50 µs |', '|---|---:|---:|');
+    for (const [name, v] of Object.entries(r))
+      md.push(`| ${name} | ${v.cyclesPerSecond.toFixed(0)} | ${v.p50Us.toFixed(0)} |`);
+    md.push('', note, '');
+    summary.peers = { arms: r, note, redisVersion };
+  } finally {
+    await closeRedlock?.();
+    redis?.kill('SIGTERM');
+    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    await pool.end();
+  }
+}
+
+interface RedlockModules {
+  Redis: new (options: Record<string, unknown>) => {
+    connect(): Promise<void>;
+    disconnect(): void;
+  };
+  Redlock: new (
+    clients: unknown[],
+    options: Record<string, unknown>,
+  ) => {
+    lock(
+      resource: string,
+      ttl: number,
+    ): Promise<{
+      extend(ttl: number): Promise<{ unlock(): Promise<unknown> }>;
+      unlock(): Promise<unknown>;
+    }>;
+  };
+}
+
+async function loadRedlock(): Promise<RedlockModules | undefined> {
+  try {
+    const ioredis = (await import('ioredis' as string)) as { default: RedlockModules['Redis'] };
+    const redlock = (await import('redlock' as string)) as { default: RedlockModules['Redlock'] };
+    return { Redis: ioredis.default, Redlock: redlock.default };
+  } catch {
+    return undefined;
+  }
+}
+
+async function capacityPhase(cluster: PgCluster, url: string): Promise<void> {
+  const runs: { leases: number; shared: boolean }[] = quick
+    ? [{ leases: 10_000, shared: true }]
+    : [
+        { leases: 10_000, shared: true },
+        { leases: 100_000, shared: true },
+        { leases: 10_000, shared: false },
+      ];
+  const windowMs = quick ? 25_000 : 45_000;
+  md.push(
+    '## Capacity: live leases kept alive by one client (ttl 30 s, renewed every 10 s)',
+    '',
+    '| leases | keep-alive | server CPU (cores, mean) | WAL bytes/s | closest to expiry (s left, min) | lost | renew statements/s | client heap per lease |',
+    '|---:|---|---:|---:|---:|---:|---:|---:|',
+  );
+  const results: unknown[] = [];
+  for (const run of runs) {
+    log(`capacity: ${run.leases} leases, ${run.shared ? 'shared' : 'per-lease'} keep-alive`);
+    const pool = new pg.Pool({ connectionString: url, max: 10 });
+    pool.on('error', () => undefined);
+    const sampler = new pg.Client({ connectionString: url });
+    await sampler.connect();
+    const prefix = `cap-${run.leases}-${run.shared ? 's' : 'p'}-`;
+    const keys = Array.from({ length: run.leases }, (_, i) => `${prefix}${i}`);
+    let renewStatements = 0;
+    const counting = new pg.Pool({
+      connectionString: url,
+      max: 10,
+      Client: class extends pg.Client {
+        override query(...args: unknown[]): never {
+          const first = args[0] as string | { text?: string };
+          const text = typeof first === 'string' ? first : (first.text ?? '');
+          if (text.includes('lease.renew')) renewStatements++;
+          return (super.query as (...a: unknown[]) => never)(...args);
+        }
+      },
+    });
+    counting.on('error', () => undefined);
+    const client = new LeaseClient(counting, { sharedKeepAlive: run.shared });
+    (globalThis as { gc?: () => void }).gc?.();
+    const heapBefore = process.memoryUsage().heapUsed;
+    const leases = (await client.acquireMany(keys, {
+      ttl: '30s',
+      owner: 'capacity',
+      keepAlive: { interval: '10s' },
+    })) as (Lease | null)[];
+    (globalThis as { gc?: () => void }).gc?.();
+    const heapPerLease = (process.memoryUsage().heapUsed - heapBefore) / run.leases;
+    if (leases.some((l) => l === null)) throw new Error('capacity: a key was not granted');
+    renewStatements = 0;
+    const cpu0 = serverCpuTicks(cluster);
+    const wal0 = await sampler.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
+    const t0 = performance.now();
+    let closest = Infinity;
+    while (performance.now() - t0 < windowMs) {
+      await sleep(2_000);
+      const { rows } = await sampler.query<{ left: number | null }>(
+        `SELECT extract(epoch FROM min(expires_at) - clock_timestamp())::float8 AS left
+           FROM lease.leases WHERE key LIKE $1 AND owner = 'capacity'`,
+        [`${prefix}%`],
+      );
+      if (rows[0]?.left != null) closest = Math.min(closest, rows[0].left);
+    }
+    const seconds = (performance.now() - t0) / 1000;
+    const cpu1 = serverCpuTicks(cluster);
+    const wal1 = await sampler.query<{ bytes: string }>(
+      'SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1)::text AS bytes',
+      [wal0.rows[0]!.lsn],
+    );
+    const cores =
+      cpu0 !== undefined && cpu1 !== undefined ? ((cpu1 - cpu0) * TICK_MS) / 1000 / seconds : NaN;
+    const walPerSecond = Number(wal1.rows[0]!.bytes) / seconds;
+    const lost = leases.filter((l) => l!.signal.aborted).length;
+    const row = {
+      leases: run.leases,
+      keepAlive: run.shared ? 'shared (renew_many)' : 'per lease (renew)',
+      serverCores: cores,
+      walBytesPerSecond: walPerSecond,
+      closestToExpirySeconds: closest,
+      lost,
+      renewStatementsPerSecond: renewStatements / seconds,
+      clientHeapBytesPerLease: heapPerLease,
+    };
+    results.push(row);
+    md.push(
+      `| ${run.leases} | ${row.keepAlive} | ${cores.toFixed(3)} | ${walPerSecond.toFixed(0)} | ${closest.toFixed(1)} | ${lost} | ${row.renewStatementsPerSecond.toFixed(1)} | ${heapPerLease.toFixed(0)} B |`,
+    );
+    // Release in batches; the handles are then done.
+    const epochs = leases.map((l) => l!.epoch.toString());
+    for (let i = 0; i < keys.length; i += 10_000)
+      await sampler.query('SELECT count(*) FROM lease.release_many($1, $2, $3)', [
+        keys.slice(i, i + 10_000),
+        'capacity',
+        epochs.slice(i, i + 10_000),
+      ]);
+    for (const lease of leases) void lease!.release().catch(() => undefined);
+    await sleep(500);
+    await sampler.end();
+    await counting.end();
+    await pool.end();
+  }
+  md.push(
+    '',
+    `Window ${windowMs / 1000} s after the grants. Server CPU: all server processes (/proc), including the sampler's ` +
+      'query every 2 s (min(expires_at) over the run’s keys), which is also where "closest to expiry" comes from (2 s resolution). ' +
+      'Client heap: heapUsed growth over the grants divided by the leases (run with --expose-gc for a settled figure). ' +
+      'Goals of issue 16: server CPU ≤ 1 core, no lease lost, client memory ≤ 1 KB per lease.',
+    '',
+  );
+  summary.capacity = results;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const installation = findInstallation(
+    values['pg-config']
+      ? { pgConfig: values['pg-config'] }
+      : values.major
+        ? { major: Number(values.major) }
+        : {},
+  );
+  fs.mkdirSync(out, { recursive: true });
+  log(`PostgreSQL ${installation.version}; results in ${out}`);
+  const cluster = await PgCluster.start({ installation, settings: BENCH_SETTINGS });
+  try {
+    await cluster.createDatabase(BENCH_DATABASE);
+    const url = cluster.url(BENCH_DATABASE);
+    const env = await recordEnvironment({
+      cluster,
+      pgbench: findPgbench(),
+      packageRoot: PACKAGE_ROOT,
+      command: `npm run bench:scale -- ${process.argv.slice(2).join(' ')}`.trim(),
+      candidates: [],
+      fsyncTest: false,
+    });
+    fs.writeFileSync(path.join(out, 'environment.md'), environmentMarkdown(env));
+    fs.writeFileSync(path.join(out, 'environment.json'), JSON.stringify(env, null, 2) + '\n');
+    md.unshift(
+      `# pg_lease at scale (${quick ? 'quick' : 'full'} run)`,
+      '',
+      `PostgreSQL ${installation.version} (${installation.source}), fsync and synchronous_commit on; ` +
+        `node ${process.version}; ${os.cpus().length} cores. Command: \`${env.command}\`. Environment: environment.md.`,
+      '',
+    );
+    if (phases.has('client')) await clientPhase(url);
+    if (phases.has('batch')) await batchPhase(url);
+    if (phases.has('peers')) await peersPhase(url);
+    if (phases.has('capacity')) await capacityPhase(cluster, url);
+  } finally {
+    await cluster.destroy();
+  }
+  fs.writeFileSync(path.join(out, 'summary.md'), md.join('\n') + '\n');
+  fs.writeFileSync(path.join(out, 'summary.json'), JSON.stringify(summary, null, 2) + '\n');
+  log(`done: ${path.join(out, 'summary.md')}`);
+  console.log(md.join('\n'));
+}
+
+await main();

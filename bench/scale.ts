@@ -144,6 +144,7 @@ async function clientPhase(url: string): Promise<void> {
   const pool = new pg.Pool({ connectionString: url, max: 16 });
   const named = new LeaseClient(pool);
   const unnamed = new LeaseClient(pool, { preparedStatements: false });
+  const coalescing = new LeaseClient(pool, { coalesce: true, owner: `bench-${process.pid}` });
   const sql: Cycle = async (worker, round) => {
     const key = `sql-${worker}`;
     const owner = `sql-${worker}-${round}`;
@@ -174,31 +175,35 @@ async function clientPhase(url: string): Promise<void> {
   const arms = {
     client: viaClient(named, 'client'),
     'client-unnamed': viaClient(unnamed, 'unnamed'),
+    'client-coalesce': viaClient(coalescing, 'coalesce'),
     'sql-prepared': sql,
   };
   const result: Record<string, unknown> = {};
   md.push('## Client vs SQL: acquire + renew + release', '');
   md.push(
-    '| workers | client p50 µs | SQL prepared p50 µs | client / SQL (p50) | client unnamed p50 µs | client cycles/s | SQL cycles/s | client / SQL (rate) | target |',
-    '|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+    '| workers | client p50 µs | SQL prepared p50 µs | client / SQL (p50) | client unnamed p50 µs | client coalesce p50 µs | client cycles/s | SQL cycles/s | client coalesce cycles/s | client / SQL (rate) | target |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
   );
   for (const workers of [1, 16]) {
     await runFor(workers, 1_000, arms.client); // warm-up: connections and statements
     await runFor(workers, 1_000, arms['sql-prepared']);
     await runFor(workers, 1_000, arms['client-unnamed']);
+    await runFor(workers, 1_000, arms['client-coalesce']);
     const r = await interleaved(arms, workers, quick ? 3 : 8, quick ? 1_000 : 2_000);
     result[workers] = r;
     const c = r.client!;
     const s = r['sql-prepared']!;
     const u = r['client-unnamed']!;
+    const k = r['client-coalesce']!;
     md.push(
-      `| ${workers} | ${c.p50Us.toFixed(0)} | ${s.p50Us.toFixed(0)} | ${(c.p50Us / s.p50Us).toFixed(2)} | ${u.p50Us.toFixed(0)} | ${c.cyclesPerSecond.toFixed(0)} | ${s.cyclesPerSecond.toFixed(0)} | ${(c.cyclesPerSecond / s.cyclesPerSecond).toFixed(2)} | p50 ≤ 1.05x |`,
+      `| ${workers} | ${c.p50Us.toFixed(0)} | ${s.p50Us.toFixed(0)} | ${(c.p50Us / s.p50Us).toFixed(2)} | ${u.p50Us.toFixed(0)} | ${k.p50Us.toFixed(0)} | ${c.cyclesPerSecond.toFixed(0)} | ${s.cyclesPerSecond.toFixed(0)} | ${k.cyclesPerSecond.toFixed(0)} | ${(c.cyclesPerSecond / s.cyclesPerSecond).toFixed(2)} | p50 ≤ 1.05x |`,
     );
   }
   md.push(
     '',
     'Medians over alternating slices; each cycle is three autocommit calls on a key of the worker’s own. ' +
-      '`client unnamed` is the client with `preparedStatements: false`: the difference to `client` is what named statements save per cycle.',
+      '`client unnamed` is the client with `preparedStatements: false`: the difference to `client` is what named statements save per cycle. ' +
+      '`client coalesce` is the client with `coalesce: true` and one owner for the process: calls made in the same tick share acquire_many / renew_many / release_many statements.',
     '',
   );
   summary.client = result;
@@ -353,9 +358,15 @@ async function peersPhase(url: string): Promise<void> {
   const redisServer = findRedisServer();
   const pool = new pg.Pool({ connectionString: url, max: 16 });
   const client = new LeaseClient(pool);
+  const coalescing = new LeaseClient(pool, { coalesce: true, owner: `peers-${process.pid}` });
   const arms: Record<string, Cycle> = {
     'pg-lease client': async (worker) => {
       const lease = await client.acquire(`peer-${worker}`, { ttl: '30s' });
+      await lease!.renew();
+      await lease!.release();
+    },
+    'pg-lease client, coalesce: true': async (worker) => {
+      const lease = await coalescing.acquire(`peer-co-${worker}`, { ttl: '30s' });
       await lease!.renew();
       await lease!.release();
     },

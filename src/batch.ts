@@ -1,6 +1,8 @@
 /**
- * Many leases per statement: `LeaseClient.acquireMany`, and the renew batcher that the shared
- * keep-alive sends its renewals through (lease.acquire_many, lease.renew_many).
+ * Many leases per statement: `LeaseClient.acquireMany`; the coalescers that turn calls made at
+ * the same moment into lease.acquire_many, lease.renew_many and lease.release_many statements
+ * (the shared keep-alive's renewals always; the caller's own calls with the client's `coalesce`
+ * option).
  *
  * A batch statement answers every key as the single call would; what a handle does with the
  * answer is unchanged, so a key that comes back `not_owner`, `lapsed` or `epoch_mismatch` loses
@@ -59,34 +61,33 @@ export async function acquireMany(
   return rows;
 }
 
-interface PendingRenew {
-  key: string;
-  owner: string;
-  epoch: bigint;
-  ttlMicroseconds: number;
-  resolve(call: RenewCall): void;
+/** One call waiting in a {@link Coalescer}. */
+interface Pending<I, R> {
+  item: I;
+  resolve(result: R): void;
   reject(error: unknown): void;
 }
 
 /**
- * Renews, singly or batched. While at least one hold is open, renews queue up; when the last
- * hold closes they go out as one lease.renew_many per owner and ttl (chunks of at most 10000
- * distinct keys), or as the single call when a group has one key. Without a hold a renew is sent
- * at once, so a lone call never waits for company. @internal
+ * Sends calls singly or batched. Calls queue up while a hold is open, or, in `always` mode, until
+ * the next turn of the event loop (setImmediate): every call made in the same tick shares the
+ * flush. A flush groups them (`groupOf`: owner and ttl), at most 10000 per statement and each key
+ * at most once per statement (two handles of one grant can renew together; a batch must not name
+ * a key twice), and sends a group of one as the single call. Without a hold and outside `always`
+ * mode a call is sent at once, so it never waits for company. A batch that fails rejects every
+ * call in it with that error. @internal
  */
-export class RenewBatcher {
-  readonly #run: RunStatement;
-  readonly #single: (key: string, owner: string, epoch: bigint, ttl: number) => Promise<RenewCall>;
+export class Coalescer<I extends { key: string }, R> {
   #holds = 0;
-  #queue: PendingRenew[] = [];
+  #scheduled = false;
+  #queue: Pending<I, R>[] = [];
 
   constructor(
-    run: RunStatement,
-    single: (key: string, owner: string, epoch: bigint, ttl: number) => Promise<RenewCall>,
-  ) {
-    this.#run = run;
-    this.#single = single;
-  }
+    private readonly groupOf: (item: I) => string,
+    private readonly sendOne: (item: I) => Promise<R>,
+    private readonly sendMany: (items: I[]) => Promise<R[]>,
+    private readonly always = false,
+  ) {}
 
   /** Opens a hold; the returned function closes it (once). */
   hold(): () => void {
@@ -95,75 +96,116 @@ export class RenewBatcher {
     return () => {
       if (!open) return;
       open = false;
-      if (--this.#holds === 0) this.#flush();
+      if (--this.#holds === 0 && !this.#scheduled) this.#flush();
     };
   }
 
-  renew(key: string, owner: string, epoch: bigint, ttlMicroseconds: number): Promise<RenewCall> {
-    if (this.#holds === 0) return this.#single(key, owner, epoch, ttlMicroseconds);
-    return new Promise((resolve, reject) =>
-      this.#queue.push({ key, owner, epoch, ttlMicroseconds, resolve, reject }),
+  submit(item: I): Promise<R> {
+    if (this.#holds === 0 && !this.always) return this.sendOne(item);
+    const promise = new Promise<R>((resolve, reject) =>
+      this.#queue.push({ item, resolve, reject }),
     );
+    if (this.#holds === 0 && !this.#scheduled) {
+      this.#scheduled = true;
+      setImmediate(() => {
+        this.#scheduled = false;
+        if (this.#holds === 0) this.#flush();
+      });
+    }
+    return promise;
   }
 
   #flush(): void {
     const queue = this.#queue;
     this.#queue = [];
-    for (const chunk of chunks(queue)) {
+    for (const chunk of this.#chunks(queue)) {
       if (chunk.length === 1) {
-        const [one] = chunk as [PendingRenew];
-        this.#single(one.key, one.owner, one.epoch, one.ttlMicroseconds).then(
-          one.resolve,
-          one.reject,
-        );
-      } else {
-        this.#sendBatch(chunk).catch((error: unknown) => {
-          for (const pending of chunk) pending.reject(error);
-        });
+        const [one] = chunk as [Pending<I, R>];
+        this.sendOne(one.item).then(one.resolve, one.reject);
+        continue;
       }
+      this.sendMany(chunk.map((p) => p.item)).then(
+        (results) => chunk.forEach((pending, i) => pending.resolve(results[i]!)),
+        (error: unknown) => {
+          for (const pending of chunk) pending.reject(error);
+        },
+      );
     }
   }
 
-  async #sendBatch(chunk: PendingRenew[]): Promise<void> {
-    const { owner, ttlMicroseconds } = chunk[0]!;
-    const sentAt = performance.now();
-    const rows = await this.#run<{
-      key: string;
-      status: LeaseStatus;
-      expires_at: Date | null;
-      remaining_us: number | null;
-    }>(chunk[0]!.key, STATEMENTS.renewMany, [
-      chunk.map((p) => p.key),
-      owner,
-      chunk.map((p) => p.epoch.toString()),
-      ttlMicroseconds,
-    ]);
-    // One row per key, in input order.
-    rows.forEach((row, i) =>
-      chunk[i]!.resolve({
-        status: row.status,
-        expiresAt: row.expires_at,
-        sentAt,
-        remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
-      }),
-    );
+  #chunks(queue: Pending<I, R>[]): Pending<I, R>[][] {
+    const groups = new Map<string, { chunk: Pending<I, R>[]; keys: Set<string> }[]>();
+    for (const pending of queue) {
+      const id = this.groupOf(pending.item);
+      let list = groups.get(id);
+      if (!list) groups.set(id, (list = []));
+      let target = list.find(
+        (c) => c.chunk.length < MAX_BATCH_KEYS && !c.keys.has(pending.item.key),
+      );
+      if (!target) list.push((target = { chunk: [], keys: new Set() }));
+      target.chunk.push(pending);
+      target.keys.add(pending.item.key);
+    }
+    return [...groups.values()].flat().map((c) => c.chunk);
   }
 }
 
-/**
- * Groups renews by owner and ttl, at most 10000 per group, each key at most once per group (two
- * handles of one grant can renew together, and a batch must not name a key twice).
- */
-function chunks(queue: PendingRenew[]): PendingRenew[][] {
-  const groups = new Map<string, { chunk: PendingRenew[]; keys: Set<string> }[]>();
-  for (const pending of queue) {
-    const id = `${pending.ttlMicroseconds}\u0000${pending.owner}`;
-    let list = groups.get(id);
-    if (!list) groups.set(id, (list = []));
-    let target = list.find((c) => c.chunk.length < MAX_BATCH_KEYS && !c.keys.has(pending.key));
-    if (!target) list.push((target = { chunk: [], keys: new Set() }));
-    target.chunk.push(pending);
-    target.keys.add(pending.key);
-  }
-  return [...groups.values()].flat().map((c) => c.chunk);
+/** A renew as the coalescer carries it. @internal */
+export interface RenewItem {
+  key: string;
+  owner: string;
+  epoch: bigint;
+  ttlMicroseconds: number;
 }
+
+/** lease.renew_many for renews of one owner and ttl; one RenewCall per item, in order. @internal */
+export async function renewMany(run: RunStatement, items: RenewItem[]): Promise<RenewCall[]> {
+  const { owner, ttlMicroseconds } = items[0]!;
+  const sentAt = performance.now();
+  const rows = await run<{
+    key: string;
+    status: LeaseStatus;
+    expires_at: Date | null;
+    remaining_us: number | null;
+  }>(items[0]!.key, STATEMENTS.renewMany, [
+    items.map((p) => p.key),
+    owner,
+    items.map((p) => p.epoch.toString()),
+    ttlMicroseconds,
+  ]);
+  // One row per key, in input order.
+  return rows.map((row) => ({
+    status: row.status,
+    expiresAt: row.expires_at,
+    sentAt,
+    remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
+  }));
+}
+
+/** A release as the coalescer carries it. @internal */
+export interface ReleaseItem {
+  key: string;
+  owner: string;
+  epoch: bigint;
+}
+
+/** lease.release_many for releases of one owner; one status per item, in order. @internal */
+export async function releaseMany(run: RunStatement, items: ReleaseItem[]): Promise<LeaseStatus[]> {
+  const rows = await run<{ status: LeaseStatus }>(items[0]!.key, STATEMENTS.releaseMany, [
+    items.map((p) => p.key),
+    items[0]!.owner,
+    items.map((p) => p.epoch.toString()),
+  ]);
+  return rows.map((row) => row.status);
+}
+
+/** An acquire with wait 0 as the coalescer carries it. @internal */
+export interface AcquireItem {
+  key: string;
+  owner: string;
+  ttlMicroseconds: number;
+}
+
+/** Groups renews and acquires by owner and ttl, releases by owner. @internal */
+export const byOwnerAndTtl = (item: { owner: string; ttlMicroseconds?: number }): string =>
+  `${item.ttlMicroseconds ?? ''}\u0000${item.owner}`;

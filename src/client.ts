@@ -5,7 +5,17 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import type { Duration } from './duration.js';
-import { acquireMany, RenewBatcher } from './batch.js';
+import {
+  acquireMany,
+  byOwnerAndTtl,
+  Coalescer,
+  releaseMany,
+  renewMany,
+  type AcquiredRow,
+  type AcquireItem,
+  type ReleaseItem,
+  type RenewItem,
+} from './batch.js';
 import {
   LeaseError,
   LeaseNotAcquiredError,
@@ -68,6 +78,15 @@ export interface LeaseClientOptions {
    * timer and a renew statement of its own.
    */
   sharedKeepAlive?: boolean;
+  /**
+   * Coalesce the calls made in the same tick of the event loop (acquires with `wait` 0, renews,
+   * releases) into one `lease.acquire_many` / `renew_many` / `release_many` per owner and ttl:
+   * N concurrent calls cost one statement and one commit. Each caller still gets exactly its
+   * own key's answer. A call waits at most until the next turn of the event loop for company.
+   * Batching needs calls of one owner (set `owner`); calls of distinct owners go out singly.
+   * Default `false`.
+   */
+  coalesce?: boolean;
 }
 
 /**
@@ -161,11 +180,10 @@ export class LeaseClient implements AsyncDisposable {
   readonly #ownsPool: boolean;
   readonly #owner: string | undefined;
   readonly #prepared: boolean;
-  readonly #batcher = new RenewBatcher(
-    (key, statement, values) => this.#query(key, statement, values),
-    (key, owner, epoch, ttl) => this.#renew(key, owner, epoch, ttl),
-  );
-  readonly #group = new KeepAliveGroup(this.#batcher);
+  readonly #renewer: Coalescer<RenewItem, RenewCall>;
+  readonly #releaser: Coalescer<ReleaseItem, LeaseStatus> | undefined;
+  readonly #acquirer: Coalescer<AcquireItem, AcquiredRow> | undefined;
+  readonly #group: KeepAliveGroup;
   readonly #calls: LeaseCalls;
 
   /**
@@ -185,9 +203,43 @@ export class LeaseClient implements AsyncDisposable {
     }
     this.#owner = options.owner;
     this.#prepared = options.preparedStatements ?? true;
+    const run = <R extends object>(key: string, statement: Statement, values: unknown[]) =>
+      this.#query<R & pg.QueryResultRow>(key, statement, values);
+    const coalesce = options.coalesce ?? false;
+    this.#renewer = new Coalescer<RenewItem, RenewCall>(
+      byOwnerAndTtl,
+      (i) => this.#renew(i.key, i.owner, i.epoch, i.ttlMicroseconds),
+      (items) => renewMany(run, items),
+      coalesce,
+    );
+    if (coalesce) {
+      this.#releaser = new Coalescer<ReleaseItem, LeaseStatus>(
+        byOwnerAndTtl,
+        (i) => this.#release(i.key, i.owner, i.epoch),
+        (items) => releaseMany(run, items),
+        true,
+      );
+      this.#acquirer = new Coalescer<AcquireItem, AcquiredRow>(
+        byOwnerAndTtl,
+        (i) => this.#acquireOne(i.key, i.owner, i.ttlMicroseconds, 0),
+        (items) =>
+          acquireMany(
+            run,
+            items.map((i) => i.key),
+            items[0]!.owner,
+            items[0]!.ttlMicroseconds,
+          ),
+        true,
+      );
+    }
+    this.#group = new KeepAliveGroup(this.#renewer);
     this.#calls = {
-      renew: (key, owner, epoch, ttl) => this.#batcher.renew(key, owner, epoch, ttl),
-      release: (key, owner, epoch) => this.#release(key, owner, epoch),
+      renew: (key, owner, epoch, ttlMicroseconds) =>
+        this.#renewer.submit({ key, owner, epoch, ttlMicroseconds }),
+      release: (key, owner, epoch) =>
+        this.#releaser
+          ? this.#releaser.submit({ key, owner, epoch })
+          : this.#release(key, owner, epoch),
     };
     if (options.sharedKeepAlive ?? true)
       this.#calls.scheduler = (renew, ttlMs, keepAlive) =>
@@ -218,38 +270,35 @@ export class LeaseClient implements AsyncDisposable {
       keepAliveInterval:
         typeof options.keepAlive === 'object' ? options.keepAlive.interval : undefined,
     });
-    const sentAt = performance.now();
-    const rows = await this.#query<{
-      acquired: boolean;
-      epoch: string | null;
-      expires_at: Date | null;
-      remaining_us: number | null;
-    }>(key, STATEMENTS.acquire, [key, owner, input.ttlMicroseconds, input.waitMicroseconds]).catch(
-      (error: unknown) => {
-        if (error instanceof LeaseTimeoutError && observed('notAcquired'))
-          publish('notAcquired', {
-            key,
-            owner,
-            reason: 'timeout',
-            waitedMs: performance.now() - sentAt,
-          });
-        throw error;
-      },
-    );
-    const row = rows[0]!;
+    const startedAt = performance.now();
+    const row = await (
+      this.#acquirer && input.waitMicroseconds === 0
+        ? this.#acquirer.submit({ key, owner, ttlMicroseconds: input.ttlMicroseconds })
+        : this.#acquireOne(key, owner, input.ttlMicroseconds, input.waitMicroseconds)
+    ).catch((error: unknown) => {
+      if (error instanceof LeaseTimeoutError && observed('notAcquired'))
+        publish('notAcquired', {
+          key,
+          owner,
+          reason: 'timeout',
+          waitedMs: performance.now() - startedAt,
+        });
+      throw error;
+    });
     if (!row.acquired) {
       if (observed('notAcquired'))
         publish('notAcquired', {
           key,
           owner,
           reason: 'held',
-          waitedMs: performance.now() - sentAt,
+          waitedMs: performance.now() - startedAt,
         });
       return null;
     }
 
-    const epoch = BigInt(row.epoch!);
-    let deadline = sentAt + row.remaining_us! / 1000;
+    const { sentAt } = row;
+    const epoch = row.epoch!;
+    let deadline = sentAt + row.remainingMs!;
     // A wait (or a lock wait) between sending and the grant shortens that deadline by as much;
     // after a long one, measure again from a fresh send.
     if (performance.now() - sentAt > input.ttlMicroseconds / 1000 / 10)
@@ -262,7 +311,7 @@ export class LeaseClient implements AsyncDisposable {
         key,
         owner,
         epoch,
-        expiresAt: row.expires_at!,
+        expiresAt: row.expiresAt!,
         ttlMicroseconds: input.ttlMicroseconds,
         deadline,
       },
@@ -273,8 +322,8 @@ export class LeaseClient implements AsyncDisposable {
         key,
         owner,
         epoch,
-        expiresAt: row.expires_at!,
-        waitedMs: performance.now() - sentAt,
+        expiresAt: row.expiresAt!,
+        waitedMs: performance.now() - startedAt,
       });
     return lease;
   }
@@ -492,6 +541,30 @@ export class LeaseClient implements AsyncDisposable {
   /** {@link end}, for `await using client = new LeaseClient(url)`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.end();
+  }
+
+  async #acquireOne(
+    key: string,
+    owner: string,
+    ttlMicroseconds: number,
+    waitMicroseconds: number,
+  ): Promise<AcquiredRow> {
+    const sentAt = performance.now();
+    const rows = await this.#query<{
+      acquired: boolean;
+      epoch: string | null;
+      expires_at: Date | null;
+      remaining_us: number | null;
+    }>(key, STATEMENTS.acquire, [key, owner, ttlMicroseconds, waitMicroseconds]);
+    const row = rows[0]!;
+    return {
+      key,
+      acquired: row.acquired,
+      epoch: row.epoch === null ? null : BigInt(row.epoch),
+      expiresAt: row.expires_at,
+      sentAt,
+      remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
+    };
   }
 
   async #renew(

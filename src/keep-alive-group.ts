@@ -1,7 +1,7 @@
 /**
  * One keep-alive per LeaseClient: every live handle with keepAlive is renewed by a shared
  * schedule instead of a timer of its own, and the renewals due at one tick go out as one
- * lease.renew_many statement per owner and ttl (see RenewBatcher).
+ * lease.renew_many statement per owner and ttl (see Coalescer in batch.ts).
  *
  * Handles are grouped by their renewal interval (keepAlive.interval, or a third of the ttl);
  * each group has one timer. At a tick every member renews that was not renewed in the last half
@@ -14,7 +14,6 @@
  */
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { RenewBatcher } from './batch.js';
 import { LeaseError } from './errors.js';
 import {
   keepAliveIntervalMs,
@@ -23,12 +22,17 @@ import {
   type Scheduler,
 } from './keeper.js';
 
+/** What renewals go through: calls made while a hold is open share statements. */
+interface Holdable {
+  hold(): () => void;
+}
+
 /** @internal */
 export class KeepAliveGroup {
-  readonly #batcher: RenewBatcher;
+  readonly #batcher: Holdable;
   readonly #buckets = new Map<number, Bucket>();
 
-  constructor(batcher: RenewBatcher) {
+  constructor(batcher: Holdable) {
     this.#batcher = batcher;
   }
 
@@ -116,7 +120,7 @@ class Bucket {
 
   constructor(
     readonly periodMs: number,
-    private readonly batcher: RenewBatcher,
+    private readonly batcher: Holdable,
     private readonly onEmpty: () => void,
   ) {
     void this.#run();

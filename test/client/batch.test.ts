@@ -202,3 +202,56 @@ describe('prepared statements', () => {
     assert.deepEqual(await preparedNames({ preparedStatements: false }), []);
   });
 });
+
+describe('coalescing (opt-in)', () => {
+  test('concurrent acquires and releases of one owner share statements; each caller gets its own answer', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool, { coalesce: true, owner: 'worker-co' });
+    try {
+      const held = uniqueKey('co-held');
+      await db.pool.query("SELECT lease.acquire($1, 'someone-else', '1 min')", [held]);
+      const keys = [...Array.from({ length: 9 }, () => uniqueKey('co')), held];
+      sent.length = 0;
+      const leases = await Promise.all(keys.map((key) => client.acquire(key, { ttl: '1 min' })));
+      assert.equal(sent.filter((t) => t.includes('lease.acquire_many(')).length, 1);
+      assert.equal(sent.filter((t) => t.includes('lease.acquire(')).length, 0);
+      assert.deepEqual(
+        leases.map((l) => l?.key ?? null),
+        [...keys.slice(0, 9), null],
+      );
+      sent.length = 0;
+      const statuses = await Promise.all(leases.slice(0, 9).map((l) => l!.release()));
+      assert.deepEqual(statuses, Array(9).fill('ok'));
+      assert.equal(sent.filter((t) => t.includes('lease.release_many(')).length, 1);
+      assert.equal(sent.filter((t) => t.includes('lease.release(')).length, 0);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  test('two coalesced acquires of one key by one owner both report the one grant', async () => {
+    const client = new LeaseClient(db.pool, { coalesce: true, owner: 'worker-twice' });
+    const key = uniqueKey('co-twice');
+    const [a, b] = await Promise.all([
+      client.acquire(key, { ttl: '1 min' }),
+      client.acquire(key, { ttl: '1 min' }),
+    ]);
+    assert.equal(a!.epoch, b!.epoch);
+    assert.equal(await a!.release(), 'ok');
+  });
+
+  test('without coalesce, concurrent calls go out one statement each', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool, { owner: 'worker-single' });
+    try {
+      const keys = Array.from({ length: 4 }, () => uniqueKey('single'));
+      sent.length = 0;
+      const leases = await Promise.all(keys.map((key) => client.acquire(key, { ttl: '1 min' })));
+      assert.equal(sent.filter((t) => t.includes('lease.acquire(')).length, 4);
+      await Promise.all(leases.map((l) => l!.release()));
+      assert.equal(sent.filter((t) => t.includes('lease.release(')).length, 4);
+    } finally {
+      await pool.end();
+    }
+  });
+});

@@ -552,7 +552,7 @@ async function capacityPhase(cluster: PgCluster, url: string): Promise<void> {
     };
     results.push(row);
     md.push(
-      `| ${run.leases} | ${row.keepAlive} | ${cores.toFixed(3)} | ${walPerSecond.toFixed(0)} | ${closest.toFixed(1)} | ${lost} | ${row.renewStatementsPerSecond.toFixed(1)} | ${heapPerLease.toFixed(0)} B |`,
+      `| ${run.leases} | ${row.keepAlive} | ${cores.toFixed(3)} | ${walPerSecond.toFixed(0)} | ${closest.toFixed(1)} | ${lost} | ${row.renewStatementsPerSecond.toFixed(1)} | ${heapPerLease > 0 ? `${heapPerLease.toFixed(0)} B` : 'n/a'} |`,
     );
     // Release in batches; the handles are then done.
     const epochs = leases.map((l) => l!.epoch.toString());
@@ -612,10 +612,23 @@ async function main(): Promise<void> {
         `node ${process.version}; ${os.cpus().length} cores. Command: \`${env.command}\`. Environment: environment.md.`,
       '',
     );
-    if (phases.has('client')) await clientPhase(url);
-    if (phases.has('batch')) await batchPhase(url);
-    if (phases.has('peers')) await peersPhase(url);
-    if (phases.has('capacity')) await capacityPhase(cluster, url);
+    // The machine is shared: each phase says how loaded it was when it began.
+    const load = () =>
+      `Load average (1/5/15 min) at the start: ${os
+        .loadavg()
+        .map((l) => l.toFixed(1))
+        .join(' / ')}.`;
+    const phase = async (name: string, run: () => Promise<void>) => {
+      if (!phases.has(name)) return;
+      const note = load();
+      const at = md.length;
+      await run();
+      md.splice(at + 2, 0, note, '');
+    };
+    await phase('client', () => clientPhase(url));
+    await phase('batch', () => batchPhase(url));
+    await phase('peers', () => peersPhase(url));
+    await phase('capacity', () => capacityPhase(cluster, url));
   } finally {
     await cluster.destroy();
   }

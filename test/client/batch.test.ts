@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { LeaseClient, LeaseLostError, type Lease } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { abortReason, uniqueKey } from './helpers.js';
+import { abortReason, uniqueKey } from '../support/helpers.js';
 
 let db: TestDatabase;
 before(async () => {

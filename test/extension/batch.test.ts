@@ -21,11 +21,11 @@ import {
   serverNow,
   sleepPast,
   storedRow,
-  uniqueKey,
   type Acquired,
   type Queryable,
   type Renewed,
 } from '../support/lease-calls.js';
+import { uniqueKey } from '../support/helpers.js';
 import { Isolation } from '../support/sessions.js';
 
 let db: TestDatabase;

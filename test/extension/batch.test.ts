@@ -623,6 +623,27 @@ describe('batches under REPEATABLE READ', { concurrency: true }, () => {
     }
   });
 
+  test('acquire_many under REPEATABLE READ does not confirm a same-owner grant that lapsed while it waited for the row', async () => {
+    await using iso = await Isolation.open(db.url, ['locker', 'rr']);
+    const { locker, rr } = iso.named;
+    const key = uniqueKey('rr-lapse');
+    const granted = await acquire(db.pool, key, ME, '1 second');
+    // Another transaction keeps the row locked without changing it.
+    await locker.query('BEGIN');
+    await locker.query('SELECT 1 FROM lease.leases WHERE key = $1 FOR UPDATE', [key]);
+    await rr.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+    const step = rr.start(
+      'SELECT acquired, epoch::text AS epoch FROM lease.acquire_many($1, $2, $3)',
+      [[key], ME, '1 hour'],
+    );
+    await iso.untilBlocked(step, locker);
+    await sleepPast(db.pool, granted.expiresAt);
+    await locker.query('COMMIT');
+    const error = await step.error();
+    assert.equal(error.code, '40001', error.message);
+    await rr.query('ROLLBACK');
+  });
+
   test('under REPEATABLE READ an unchanged same-owner grant is confirmed and new keys are granted', async () => {
     const mine = uniqueKey('rr-mine');
     const fresh = uniqueKey('rr-fresh');

@@ -189,8 +189,9 @@ REVOKE ALL ON FUNCTION lease._validate_batch(text, text[], text, bigint[], inter
  * older than committed state.  The keys held by the caller in it are then
  * sent through the upsert too, whose WHERE they fail: the row is locked
  * (in key order, with the rest) and PostgreSQL raises 40001 if the row has
- * changed since the snapshot, so a same-owner answer is committed state.
- * Such keys are not counted as lost.  Keys held by another owner are
+ * changed since the snapshot, so a same-owner answer is committed state;
+ * a clock read after the lock must still find it live, else 40001 (as
+ * lease.acquire does).  Such keys are not counted as lost.  Keys held by another owner are
  * denied from the snapshot, as §5 allows.
  */
 CREATE OR REPLACE FUNCTION lease.acquire_many(
@@ -213,6 +214,7 @@ DECLARE
     v_acquired boolean[];
     v_epochs   bigint[];
     v_expiries timestamptz[];
+    v_mine     boolean[];
     v_key      text;
     v_n        bigint;
     v_one_by_one boolean := false;
@@ -251,14 +253,25 @@ BEGIN
                pg_catalog.array_agg(CASE WHEN g.key IS NOT NULL THEN g.epoch
                                          WHEN s.mine THEN s.epoch END ORDER BY s.n),
                pg_catalog.array_agg(CASE WHEN g.key IS NOT NULL THEN g.expires_at
-                                         WHEN s.mine THEN s.expires_at END ORDER BY s.n)
-          INTO v_lost, v_keys, v_acquired, v_epochs, v_expiries
+                                         WHEN s.mine THEN s.expires_at END ORDER BY s.n),
+               pg_catalog.array_agg(g.key IS NULL AND s.mine IS TRUE ORDER BY s.n)
+          INTO v_lost, v_keys, v_acquired, v_epochs, v_expiries, v_mine
           FROM seen AS s
           LEFT JOIN granted AS g ON g.key = s.k COLLATE pg_catalog."C";
 
         IF v_lost > 0 THEN
             -- A lost race: undo the locks it may have left.
             RAISE EXCEPTION USING ERRCODE = 'PLL01';
+        END IF;
+
+        -- §10 Isolation, as in lease.acquire: a grant confirmed under its row
+        -- lock must still be live by a clock read after the lock.
+        IF v_confirm AND EXISTS (
+               SELECT FROM ROWS FROM (pg_catalog.unnest(v_mine), pg_catalog.unnest(v_expiries)) AS m(mine, x)
+                WHERE m.mine AND m.x <= pg_catalog.clock_timestamp()) THEN
+            RAISE EXCEPTION 'pg_lease: the grant lapsed while acquire_many waited for its row'
+                USING ERRCODE = 'serialization_failure',
+                      HINT = 'Retry the transaction; acquire_many then makes a new grant.';
         END IF;
     EXCEPTION
         WHEN SQLSTATE 'PLL01' THEN

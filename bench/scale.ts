@@ -106,7 +106,14 @@ async function runFor(workers: number, ms: number, cycle: Cycle): Promise<number
 interface ArmResult {
   p50Us: number;
   cyclesPerSecond: number;
+  /** CPU time of this Node.js process per cycle (user + system), µs. */
+  clientCpuUs: number;
+  /** CPU time of all server processes per cycle, µs (10 ms ticks summed over the slices). */
+  serverCpuUs: number;
 }
+
+/** The cluster whose server CPU `interleaved` charges to each arm; set by main. */
+let benchCluster: PgCluster | undefined;
 
 /** Alternates the arms in slices (order reversed every slice); medians over slices. */
 async function interleaved(
@@ -116,23 +123,40 @@ async function interleaved(
   sliceMs: number,
 ): Promise<Record<string, ArmResult>> {
   const names = Object.keys(arms);
-  const perArm = new Map<string, { p50: number[]; rate: number[] }>(
-    names.map((n) => [n, { p50: [], rate: [] }]),
-  );
+  const perArm = new Map<
+    string,
+    { p50: number[]; rate: number[]; cycles: number; clientUs: number; serverTicks: number }
+  >(names.map((n) => [n, { p50: [], rate: [], cycles: 0, clientUs: 0, serverTicks: 0 }]));
   for (let slice = 0; slice < slices; slice++) {
     const order = slice % 2 ? [...names].reverse() : names;
     for (const name of order) {
+      const arm = perArm.get(name)!;
+      const cpu0 = process.cpuUsage();
+      const ticks0 = benchCluster ? serverCpuTicks(benchCluster) : undefined;
       const latencies = await runFor(workers, sliceMs, arms[name]!);
+      const cpu = process.cpuUsage(cpu0);
+      const ticks1 = benchCluster ? serverCpuTicks(benchCluster) : undefined;
+      arm.cycles += latencies.length;
+      arm.clientUs += cpu.user + cpu.system;
+      if (ticks0 !== undefined && ticks1 !== undefined) arm.serverTicks += ticks1 - ticks0;
       latencies.sort((a, b) => a - b);
-      perArm.get(name)!.p50.push(percentile(latencies, 50));
-      perArm.get(name)!.rate.push(latencies.length / (sliceMs / 1000));
+      arm.p50.push(percentile(latencies, 50));
+      arm.rate.push(latencies.length / (sliceMs / 1000));
     }
   }
   return Object.fromEntries(
-    names.map((n) => [
-      n,
-      { p50Us: median(perArm.get(n)!.p50), cyclesPerSecond: median(perArm.get(n)!.rate) },
-    ]),
+    names.map((n) => {
+      const arm = perArm.get(n)!;
+      return [
+        n,
+        {
+          p50Us: median(arm.p50),
+          cyclesPerSecond: median(arm.rate),
+          clientCpuUs: arm.clientUs / arm.cycles,
+          serverCpuUs: (arm.serverTicks * TICK_MS * 1000) / arm.cycles,
+        },
+      ];
+    }),
   );
 }
 
@@ -197,6 +221,20 @@ async function clientPhase(url: string): Promise<void> {
     const k = r['client-coalesce']!;
     md.push(
       `| ${workers} | ${c.p50Us.toFixed(0)} | ${s.p50Us.toFixed(0)} | ${(c.p50Us / s.p50Us).toFixed(2)} | ${u.p50Us.toFixed(0)} | ${k.p50Us.toFixed(0)} | ${c.cyclesPerSecond.toFixed(0)} | ${s.cyclesPerSecond.toFixed(0)} | ${k.cyclesPerSecond.toFixed(0)} | ${(c.cyclesPerSecond / s.cyclesPerSecond).toFixed(2)} | p50 ≤ 1.05x |`,
+    );
+  }
+  md.push(
+    '',
+    'CPU per cycle (robust to a loaded machine: waiting for a core costs no CPU time), µs, client process / server:',
+    '',
+    '| workers | client | client unnamed | client coalesce | SQL prepared |',
+    '|---:|---:|---:|---:|---:|',
+  );
+  for (const workers of [1, 16]) {
+    const r = result[workers] as Record<string, ArmResult>;
+    const cell = (a: ArmResult) => `${a.clientCpuUs.toFixed(0)} / ${a.serverCpuUs.toFixed(0)}`;
+    md.push(
+      `| ${workers} | ${cell(r.client!)} | ${cell(r['client-unnamed']!)} | ${cell(r['client-coalesce']!)} | ${cell(r['sql-prepared']!)} |`,
     );
   }
   md.push(
@@ -425,9 +463,14 @@ async function peersPhase(url: string): Promise<void> {
   try {
     for (const cycle of Object.values(arms)) await runFor(16, 1_000, cycle);
     const r = await interleaved(arms, 16, quick ? 3 : 6, quick ? 1_000 : 2_000);
-    md.push('| arm | cycles/s | p50 µs |', '|---|---:|---:|');
+    md.push(
+      '| arm | cycles/s | p50 µs | client CPU µs/cycle | PostgreSQL CPU µs/cycle |',
+      '|---|---:|---:|---:|---:|',
+    );
     for (const [name, v] of Object.entries(r))
-      md.push(`| ${name} | ${v.cyclesPerSecond.toFixed(0)} | ${v.p50Us.toFixed(0)} |`);
+      md.push(
+        `| ${name} | ${v.cyclesPerSecond.toFixed(0)} | ${v.p50Us.toFixed(0)} | ${v.clientCpuUs.toFixed(0)} | ${v.serverCpuUs.toFixed(0)} |`,
+      );
     md.push('', note, '');
     summary.peers = { arms: r, note, redisVersion };
   } finally {
@@ -592,6 +635,7 @@ async function main(): Promise<void> {
   fs.mkdirSync(out, { recursive: true });
   log(`PostgreSQL ${installation.version}; results in ${out}`);
   const cluster = await PgCluster.start({ installation, settings: BENCH_SETTINGS });
+  benchCluster = cluster;
   try {
     await cluster.createDatabase(BENCH_DATABASE);
     const url = cluster.url(BENCH_DATABASE);

@@ -4,10 +4,12 @@
  * lease.renew_many statement per owner and ttl (see Coalescer in batch.ts).
  *
  * Handles are grouped by their renewal interval (keepAlive.interval, or a third of the ttl);
- * each group has one timer. At a tick every member renews that was not renewed in the last half
- * interval, so a handle that joins just before a tick waits for the next one: its first renewal
- * comes between half an interval and one and a half intervals after the acquire, and every later
- * one an interval after the last. Like the per-handle keeper, the group only schedules:
+ * each group has one timer, which ticks four times per interval. At a tick every member renews
+ * whose last renewal (or acquire) is at least about three quarters of an interval old, so a
+ * member renews at the first tick past that point: never later than one interval after the last
+ * renewal, and in steady state every three ticks. Handles that join within the same quarter
+ * interval renew at the same ticks, so their renewals share statements. Like the per-handle
+ * keeper, the group only schedules:
  * each handle still decides for itself, from its own monotonic deadline and the server's
  * answer for its key, whether it is lost, and its own signal fires. A failure that is not a loss
  * (a driver error) is retried for that member sooner, together with the others that failed.
@@ -155,9 +157,10 @@ class Bucket {
 
   async #run(): Promise<void> {
     while (!this.#stop.signal.aborted) {
-      if (!(await this.#wait(this.periodMs))) return;
+      if (!(await this.#wait(this.periodMs / 4))) return;
+      // Three ticks (3/4 of the interval) always qualify, whatever the timers' jitter.
       const now = performance.now();
-      const due = [...this.members].filter((m) => now - m.lastFired >= this.periodMs / 2);
+      const due = [...this.members].filter((m) => now - m.lastFired >= (this.periodMs * 11) / 16);
       this.#fire(due);
     }
   }

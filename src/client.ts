@@ -356,7 +356,7 @@ export class LeaseClient implements AsyncDisposable {
       ttlMicroseconds,
     );
     const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
-    return rows.map((row) =>
+    const leases = rows.map((row) =>
       row.acquired
         ? new Lease(
             this.#calls,
@@ -372,6 +372,21 @@ export class LeaseClient implements AsyncDisposable {
           )
         : null,
     );
+    // The same events as acquire, one per key.
+    for (const [i, row] of rows.entries()) {
+      const waitedMs = performance.now() - row.sentAt;
+      if (row.acquired && observed('acquired'))
+        publish('acquired', {
+          key: row.key,
+          owner,
+          epoch: row.epoch!,
+          expiresAt: row.expiresAt!,
+          waitedMs,
+        });
+      else if (!row.acquired && observed('notAcquired'))
+        publish('notAcquired', { key: keys[i]!, owner, reason: 'held', waitedMs });
+    }
+    return leases;
   }
 
   /**

@@ -671,3 +671,38 @@ describe('batches under REPEATABLE READ', { concurrency: true }, () => {
 function replacer(_key: string, value: unknown): unknown {
   return typeof value === 'bigint' ? value.toString() : value;
 }
+
+describe('batches and purge (§4 purge)', () => {
+  test('acquire_many grants a purged key an epoch above every epoch it had, as acquire does', async () => {
+    const batchKey = uniqueKey('purged-batch');
+    const singleKey = uniqueKey('purged-single');
+    for (const key of [batchKey, singleKey]) {
+      const granted = await acquire(db.pool, key, ME, '1 hour');
+      await release(db.pool, key, ME, granted.epoch);
+    }
+    await db.pool.query("SELECT lease.purge(interval '0 seconds')");
+    assert.equal(await storedRow(db.pool, batchKey), undefined, 'purged');
+    const [batch] = await acquireMany(db.pool, [batchKey], ME, '1 hour');
+    const single = await acquire(db.pool, singleKey, ME, '1 hour');
+    assert.ok(batch!.epoch! > 2n, `epoch ${batch!.epoch} above the purged watermark 2`);
+    assert.equal(batch!.epoch, single.epoch);
+  });
+
+  test('release_many records the release, so purge takes the released keys', async () => {
+    const keys = [uniqueKey('rel-purge'), uniqueKey('rel-purge')];
+    const granted = await acquireMany(db.pool, keys, ME, '1 hour');
+    assert.deepEqual(
+      (
+        await releaseMany(
+          db.pool,
+          keys,
+          ME,
+          granted.map((g) => g.epoch),
+        )
+      ).map((r) => r.status),
+      ['ok', 'ok'],
+    );
+    await db.pool.query("SELECT lease.purge(interval '0 seconds')");
+    for (const key of keys) assert.equal(await storedRow(db.pool, key), undefined);
+  });
+});

@@ -171,7 +171,8 @@ REVOKE ALL ON FUNCTION lease._validate_batch(text, text[], text, bigint[], inter
  * One statement reads every key's row and, for the keys it finds NEVER,
  * FREE or LAPSED, runs one INSERT ... ON CONFLICT DO UPDATE ... WHERE
  * <free or lapsed>, its rows sorted by key: that inserts the NEVER keys
- * and grants the others, locking in key order.  Keys held in that same
+ * (at the epoch floor + 1, as lease.acquire does) and grants the others,
+ * locking in key order.  Keys held in that same
  * snapshot are answered from it: the same owner gets its grant unchanged
  * (I4), another owner's key is denied.  A denied key is never sent to the
  * upsert, so it takes no row lock (§5).
@@ -215,6 +216,8 @@ DECLARE
     v_epochs   bigint[];
     v_expiries timestamptz[];
     v_mine     boolean[];
+    v_never    boolean[];
+    v_floor    bigint;
     v_key      text;
     v_n        bigint;
     v_one_by_one boolean := false;
@@ -230,13 +233,14 @@ BEGIN
               FROM pg_catalog.unnest(p_keys) WITH ORDINALITY AS i(k, n)
         ), seen AS (
             SELECT i.k, i.n, l.owner, l.epoch, l.expires_at,
+                   l.key IS NULL AS never,
                    (l.key IS NULL OR l.owner IS NULL OR l.expires_at <= v_now) AS grantable,
                    (l.owner = p_owner COLLATE pg_catalog."C" AND l.expires_at > v_now) AS mine
               FROM input AS i
               LEFT JOIN lease.leases AS l ON l.key = i.k COLLATE pg_catalog."C"
         ), granted AS (
             INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
-            SELECT s.k, p_owner, 1, v_now + p_ttl
+            SELECT s.k, p_owner, (SELECT f.epoch + 1 FROM lease.epoch_floor AS f), v_now + p_ttl
               FROM seen AS s
              WHERE s.grantable OR (v_confirm AND s.mine)
              ORDER BY s.k COLLATE pg_catalog."C"
@@ -254,14 +258,40 @@ BEGIN
                                          WHEN s.mine THEN s.epoch END ORDER BY s.n),
                pg_catalog.array_agg(CASE WHEN g.key IS NOT NULL THEN g.expires_at
                                          WHEN s.mine THEN s.expires_at END ORDER BY s.n),
-               pg_catalog.array_agg(g.key IS NULL AND s.mine IS TRUE ORDER BY s.n)
-          INTO v_lost, v_keys, v_acquired, v_epochs, v_expiries, v_mine
+               pg_catalog.array_agg(g.key IS NULL AND s.mine IS TRUE ORDER BY s.n),
+               pg_catalog.array_agg(g.key IS NOT NULL AND s.never ORDER BY s.n)
+          INTO v_lost, v_keys, v_acquired, v_epochs, v_expiries, v_mine, v_never
           FROM seen AS s
           LEFT JOIN granted AS g ON g.key = s.k COLLATE pg_catalog."C";
 
         IF v_lost > 0 THEN
             -- A lost race: undo the locks it may have left.
             RAISE EXCEPTION USING ERRCODE = 'PLL01';
+        END IF;
+
+        -- §4 purge, as lease._first_grant_epoch: a key granted without a
+        -- row got the epoch floor + 1 as the upsert's snapshot saw it; a
+        -- purge of that key may have committed after that snapshot.  Look
+        -- again (FOR SHARE outside READ COMMITTED) and move such rows past
+        -- the floor; they are ours and uncommitted.
+        IF pg_catalog.array_position(v_never, true) IS NOT NULL THEN
+            IF v_confirm THEN
+                SELECT f.epoch INTO v_floor FROM lease.epoch_floor AS f FOR SHARE;
+            ELSE
+                SELECT f.epoch INTO v_floor FROM lease.epoch_floor AS f;
+            END IF;
+            IF EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(v_never), pg_catalog.unnest(v_epochs)) AS m(never, e)
+                        WHERE m.never AND m.e <= v_floor) THEN
+                UPDATE lease.leases AS l
+                   SET epoch = v_floor + 1
+                  FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_never), pg_catalog.unnest(v_epochs)) AS m(k, never, e)
+                 WHERE m.never AND m.e <= v_floor
+                   AND l.key = m.k COLLATE pg_catalog."C";
+                v_epochs := ARRAY(
+                    SELECT CASE WHEN m.never AND m.e <= v_floor THEN v_floor + 1 ELSE m.e END
+                      FROM ROWS FROM (pg_catalog.unnest(v_never), pg_catalog.unnest(v_epochs)) WITH ORDINALITY AS m(never, e, n)
+                     ORDER BY m.n);
+            END IF;
         END IF;
 
         -- §10 Isolation, as in lease.acquire: a grant confirmed under its row
@@ -398,7 +428,8 @@ BEGIN
             UPDATE lease.leases AS l
                SET owner = NULL,
                    epoch = l.epoch + 1,
-                   expires_at = NULL
+                   expires_at = NULL,
+                   released_at = v_now
               FROM input AS i
              WHERE p_release
                AND l.key = i.k COLLATE pg_catalog."C"

@@ -446,9 +446,17 @@ async function peersPhase(url: string): Promise<void> {
       { stdio: 'ignore' },
     );
     const { Redis, Redlock } = redlockModules;
-    await untilListening(port);
     const connection = new Redis({ port, host: '127.0.0.1', lazyConnect: true });
-    await connection.connect();
+    try {
+      await untilListening(port);
+      await connection.connect();
+    } catch (error) {
+      // Never leave the server behind.
+      redis.kill('SIGTERM');
+      fs.rmSync(dir, { recursive: true, force: true });
+      await pool.end();
+      throw error;
+    }
     const redlock = new Redlock([connection], { retryCount: 0 });
     arms['node-redlock (Redis, appendfsync always)'] = async (worker) => {
       const lock = await redlock.lock(`peer-${worker}`, 30_000);
@@ -458,7 +466,7 @@ async function peersPhase(url: string): Promise<void> {
     closeRedlock = async () => {
       connection.disconnect();
     };
-    note = `Redis: ${redisVersion}, one instance, \`--appendonly yes --appendfsync always\`, data dir on the same disk class as the cluster's (${os.tmpdir()}); node-redlock 4 over ioredis, one connection for all 16 workers, as redlock is used.`;
+    note = `Redis: ${redisVersion}, one instance, \`--appendonly yes --appendfsync always\`, data dir under ${os.tmpdir()}, like the cluster's; node-redlock 4 over ioredis, one connection for all 16 workers, as redlock is used.`;
   }
   try {
     for (const cycle of Object.values(arms)) await runFor(16, 1_000, cycle);

@@ -233,7 +233,10 @@ export const TARGETS: Target[] = [
     metric: 'tps',
     clients: [1],
     limit: 0.9,
-    ciLimit: 0.75,
+    // Against the plain-table baseline (no CHECK constraints, issue 16) the ratios sit about
+    // 0.1 lower than against the old copy of lease.leases; the guards moved by as much, so
+    // noise on a busy machine stays inside them (quick mode measured 0.77 and 0.85).
+    ciLimit: 0.65,
   },
   {
     id: 'T2',
@@ -250,7 +253,7 @@ export const TARGETS: Target[] = [
     op: 'acquire',
     metric: 'p50',
     limit: 1.15,
-    ciLimit: 1.4,
+    ciLimit: 1.55, // plain-table baseline: see T1
   },
   {
     id: 'T4',
@@ -258,7 +261,7 @@ export const TARGETS: Target[] = [
     op: 'renew',
     metric: 'p50',
     limit: 1.15,
-    ciLimit: 1.4,
+    ciLimit: 1.55, // plain-table baseline: see T1
   },
   {
     id: 'T5',
@@ -266,7 +269,7 @@ export const TARGETS: Target[] = [
     op: 'release',
     metric: 'p50',
     limit: 1.15,
-    ciLimit: 1.4,
+    ciLimit: 1.55, // plain-table baseline: see T1
   },
   {
     id: 'T6',

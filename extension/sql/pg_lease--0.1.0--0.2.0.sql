@@ -1564,6 +1564,13 @@ REVOKE ALL ON FUNCTION lease._validate_batch(text, text[], text, bigint[], inter
  * a clock read after the lock must still find it live, else 40001 (as
  * lease.acquire does).  Such keys are not counted as lost.  Keys held by another owner are
  * denied from the snapshot, as §5 allows.
+ *
+ * With synchronous standbys configured (§10 Durable commits, as in
+ * lease.acquire) the caller's own live grants go through the upsert too, and
+ * its DO UPDATE rewrites them unchanged: this transaction's commit then waits
+ * for the standbys, and so for the grant's own commit.  A rewrite that does
+ * not match (the grant changed hands meanwhile) counts as lost: its row may
+ * be locked, so the batch falls back to single calls.
  */
 CREATE OR REPLACE FUNCTION lease.acquire_many(
     p_keys  text[],
@@ -1580,6 +1587,8 @@ DECLARE
     v_now      CONSTANT timestamptz := pg_catalog.clock_timestamp();
     v_confirm  CONSTANT boolean :=
         pg_catalog.current_setting('transaction_isolation') <> 'read committed';
+    v_rewrite  CONSTANT boolean :=
+        pg_catalog.current_setting('synchronous_standby_names') <> '';
     v_lost     bigint;
     v_keys     text[];
     v_acquired boolean[];
@@ -1612,23 +1621,28 @@ BEGIN
             INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
             SELECT s.k, p_owner, (SELECT f.epoch + 1 FROM lease.epoch_floor AS f), v_now + p_ttl
               FROM seen AS s
-             WHERE s.grantable OR (v_confirm AND s.mine)
+             WHERE s.grantable OR ((v_confirm OR v_rewrite) AND s.mine)
              ORDER BY s.k COLLATE pg_catalog."C"
             ON CONFLICT ON CONSTRAINT leases_pkey DO UPDATE
                SET owner = excluded.owner,
-                   epoch = l.epoch + 1,
-                   expires_at = excluded.expires_at
+                   epoch = CASE WHEN l.owner IS NULL OR l.expires_at <= v_now
+                                THEN l.epoch + 1 ELSE l.epoch END,
+                   expires_at = CASE WHEN l.owner IS NULL OR l.expires_at <= v_now
+                                     THEN excluded.expires_at ELSE l.expires_at END
              WHERE l.owner IS NULL OR l.expires_at <= v_now
+                OR (v_rewrite AND l.owner = p_owner COLLATE pg_catalog."C"
+                    AND l.expires_at > v_now)
             RETURNING l.key, l.epoch, l.expires_at
         )
-        SELECT pg_catalog.count(*) FILTER (WHERE s.grantable AND g.key IS NULL),
+        SELECT pg_catalog.count(*) FILTER (WHERE (s.grantable OR (v_rewrite AND s.mine IS TRUE))
+                                                 AND g.key IS NULL),
                pg_catalog.array_agg(s.k ORDER BY s.n),
                pg_catalog.array_agg(g.key IS NOT NULL OR s.mine IS TRUE ORDER BY s.n),
                pg_catalog.array_agg(CASE WHEN g.key IS NOT NULL THEN g.epoch
                                          WHEN s.mine THEN s.epoch END ORDER BY s.n),
                pg_catalog.array_agg(CASE WHEN g.key IS NOT NULL THEN g.expires_at
                                          WHEN s.mine THEN s.expires_at END ORDER BY s.n),
-               pg_catalog.array_agg(g.key IS NULL AND s.mine IS TRUE ORDER BY s.n),
+               pg_catalog.array_agg(s.mine IS TRUE AND NOT s.grantable ORDER BY s.n),
                pg_catalog.array_agg(g.key IS NOT NULL AND s.never ORDER BY s.n)
           INTO v_lost, v_keys, v_acquired, v_epochs, v_expiries, v_mine, v_never
           FROM seen AS s
@@ -1665,10 +1679,15 @@ BEGIN
         END IF;
 
         -- §10 Isolation, as in lease.acquire: a grant confirmed under its row
-        -- lock must still be live by a clock read after the lock.
-        IF v_confirm AND EXISTS (
+        -- lock must still be live by a clock read after the lock.  Under
+        -- READ COMMITTED (a rewrite for the standbys) lease.acquire looks
+        -- again instead: so do the single calls here.
+        IF (v_confirm OR v_rewrite) AND EXISTS (
                SELECT FROM ROWS FROM (pg_catalog.unnest(v_mine), pg_catalog.unnest(v_expiries)) AS m(mine, x)
                 WHERE m.mine AND m.x <= pg_catalog.clock_timestamp()) THEN
+            IF NOT v_confirm THEN
+                RAISE EXCEPTION USING ERRCODE = 'PLL01';
+            END IF;
             RAISE EXCEPTION 'pg_lease: the grant lapsed while acquire_many waited for its row'
                 USING ERRCODE = 'serialization_failure',
                       HINT = 'Retry the transaction; acquire_many then makes a new grant.';

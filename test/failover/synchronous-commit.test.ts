@@ -226,6 +226,39 @@ describe('synchronous_commit with a synchronous standby', () => {
     }
   });
 
+  test('acquire_many re-acquiring a grant whose wait for the standby was cancelled waits for the standby too', async () => {
+    await using pair = await startPair({ synchronous: true });
+    const holder = await connect(pair.url(), 'holder');
+    const notices: string[] = [];
+    holder.on('notice', (notice) => notices.push(notice.message ?? ''));
+    try {
+      const pid = await backendPid(holder);
+      await pair.standby.cluster.stop();
+      const first = track(acquire(holder, 'again-many', 'A', '60 seconds'));
+      await waitUntilWaitingForStandby(pair.primary, pid);
+      await pair.primary.query('SELECT pg_cancel_backend($1)', [pid]);
+      const granted = await first.promise;
+      assert.equal(granted.acquired, true);
+      assert.ok(notices.some((n) => /canceling wait for synchronous replication/.test(n)));
+
+      // The batch's same-owner answer must not be confirmed before the standby has the grant.
+      const again = track(
+        holder
+          .query(
+            "SELECT acquired, epoch::text AS epoch FROM lease.acquire_many(ARRAY['again-many'], 'A', '60 seconds')",
+          )
+          .then((r) => r.rows[0] as { acquired: boolean; epoch: string }),
+      );
+      await waitUntilWaitingForStandby(pair.primary, pid);
+      assert.equal(again.settled(), false, 'acquire_many confirmed the grant without the standby');
+      await pair.standby.cluster.start();
+      const confirmed = await again.promise;
+      assert.deepEqual([confirmed.acquired, BigInt(confirmed.epoch)], [true, granted.epoch]);
+    } finally {
+      await disconnect(holder);
+    }
+  });
+
   test('on 0.1.0 a caller on local or off is acknowledged without the standby, and after promotion another owner gets the same epoch', async () => {
     await using pair = await startPair({
       synchronous: true,

@@ -67,9 +67,11 @@ export interface LeaseClientOptions {
   owner?: string;
   /**
    * Send every call as a named (prepared) statement, parsed and planned once per connection.
-   * Default `true`. Set `false` behind a pooler in transaction mode that does not track
-   * prepared statements (PgBouncer before 1.21, or `max_prepared_statements = 0`): there a
-   * statement prepared on one server connection is unknown on the next.
+   * Default `true`. Behind a pooler in transaction mode that does not track prepared
+   * statements (PgBouncer before 1.21, or `max_prepared_statements = 0`) a statement prepared
+   * on one server connection is unknown on the next: the client then falls back to unnamed
+   * statements by itself at the first refusal (26000 or 42P05, raised before anything ran);
+   * `false` starts unnamed.
    */
   preparedStatements?: boolean;
   /**
@@ -179,7 +181,7 @@ export class LeaseClient implements AsyncDisposable {
   readonly #db: pg.Pool | pg.ClientBase;
   readonly #ownsPool: boolean;
   readonly #owner: string | undefined;
-  readonly #prepared: boolean;
+  #prepared: boolean;
   readonly #renewer: Coalescer<RenewItem, RenewCall>;
   readonly #releaser: Coalescer<ReleaseItem, LeaseStatus> | undefined;
   readonly #acquirer: Coalescer<AcquireItem, AcquiredRow> | undefined;
@@ -639,9 +641,23 @@ export class LeaseClient implements AsyncDisposable {
     statement: Statement,
     values: unknown[],
   ): Promise<R[]> {
-    const query: pg.QueryConfig = this.#prepared
-      ? { name: statement.name, text: statement.text, values }
-      : { text: statement.text, values };
+    if (!this.#prepared) return this.#send<R>(key, { text: statement.text, values });
+    try {
+      return await this.#send<R>(key, { name: statement.name, text: statement.text, values });
+    } catch (error) {
+      // A pooler in transaction mode that does not track prepared statements hands the next
+      // statement to another server connection, which does not know the name (26000) or
+      // already has it (42P05). The server refused the statement before running it, so it is
+      // sent again unnamed, and so is everything after it from this client.
+      const code = (error as { code?: unknown }).code;
+      if (!(error instanceof pg.DatabaseError) || (code !== '26000' && code !== '42P05'))
+        throw error;
+      this.#prepared = false;
+      return this.#send<R>(key, { text: statement.text, values });
+    }
+  }
+
+  async #send<R extends pg.QueryResultRow>(key: string, query: pg.QueryConfig): Promise<R[]> {
     const db = this.#db;
     if (!isPool(db)) return runOutsideTransaction<R>(db, key, query);
     const connection = await db.connect();

@@ -20,6 +20,7 @@ const API = [
   'lease.bind_owners(boolean)',
   'lease.list(text,boolean)',
   'lease.fence(text,bigint)',
+  'lease.watch(text,interval)',
 ];
 
 let db: TestDatabase;

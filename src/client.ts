@@ -6,6 +6,7 @@ import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import type { Duration } from './duration.js';
 import {
+  LeaseAbortedError,
   LeaseError,
   LeaseNotAcquiredError,
   LeaseTimeoutError,
@@ -25,6 +26,13 @@ import {
 } from './operations.js';
 import { defaultOwner } from './owner.js';
 import { validateInput } from './validation.js';
+import {
+  runCancellable,
+  Waiting,
+  type AttemptResult,
+  type Follow,
+  type WaitingOptions,
+} from './wait.js';
 
 /**
  * Where the client sends its calls: a `pg.Pool` (recommended), a dedicated `pg.Client`, or a
@@ -44,7 +52,7 @@ export type LeaseDatabase = pg.Pool | pg.ClientBase | string;
  * import { LeaseClient } from 'pg-lease';
  * const client = new LeaseClient(pool, { owner: `billing-worker-${process.env.POD_NAME}` });
  */
-export interface LeaseClientOptions {
+export interface LeaseClientOptions extends WaitingOptions {
   /**
    * Owner identity for every acquire that names none. Default: a fresh {@link defaultOwner}
    * per acquire, so that two acquires never share a grant. Set it only for identities that are
@@ -66,10 +74,17 @@ export interface AcquireOptions {
   ttl: Duration;
   /**
    * How long to wait for a key held by another owner. Default 0: answer at once (`null` when
-   * held). When the wait runs out, acquire rejects with {@link LeaseTimeoutError}. A waiting
-   * acquire holds one pool connection (and its transaction) for the whole wait.
+   * held). When the wait runs out, acquire rejects with {@link LeaseTimeoutError}. The wait
+   * holds no transaction and no connection: it makes short attempts and sleeps in between until
+   * the key is released (notification), the holder's grant expires, or the wait ends; see
+   * {@link WaitingOptions}.
    */
   wait?: Duration;
+  /**
+   * Gives up waiting when it aborts: acquire rejects with {@link LeaseAbortedError}, nothing is
+   * granted and no statement is left running on the server.
+   */
+  signal?: AbortSignal;
   /** Owner identity. Default: the client's `owner` option, else a fresh {@link defaultOwner}. */
   owner?: string;
   /** Renew automatically until released or lost; `true` renews every ttl / 3. Default: off. */
@@ -128,6 +143,7 @@ export class LeaseClient implements AsyncDisposable {
   readonly #db: pg.Pool | pg.ClientBase;
   readonly #ownsPool: boolean;
   readonly #owner: string | undefined;
+  readonly #waiting: Waiting;
   readonly #calls: LeaseCalls = {
     renew: (key, owner, epoch, ttl) => this.#renew(key, owner, epoch, ttl),
     release: (key, owner, epoch) => this.#release(key, owner, epoch),
@@ -149,6 +165,7 @@ export class LeaseClient implements AsyncDisposable {
       this.#ownsPool = false;
     }
     this.#owner = options.owner;
+    this.#waiting = new Waiting(this.#db, options);
   }
 
   /**
@@ -175,18 +192,19 @@ export class LeaseClient implements AsyncDisposable {
       keepAliveInterval:
         typeof options.keepAlive === 'object' ? options.keepAlive.interval : undefined,
     });
+    const { signal } = options;
+    if (signal?.aborted) throw new LeaseAbortedError(key, { cause: signal.reason as unknown });
+    const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
+    const attempt = (follow: Follow | undefined, attemptSignal: AbortSignal | undefined) =>
+      this.#attempt(key, owner, input.ttlMicroseconds, keepAlive, follow, attemptSignal);
     const sentAt = performance.now();
-    const rows = await this.#query<{
-      acquired: boolean;
-      epoch: string | null;
-      expires_at: Date | null;
-      remaining_us: number | null;
-    }>(
-      key,
-      `SELECT a.acquired, a.epoch::text AS epoch, a.expires_at, ${REMAINING_US('a')}
-         FROM lease.acquire($1, $2, ${MICROSECONDS('$3')}, ${MICROSECONDS('$4')}) AS a`,
-      [key, owner, input.ttlMicroseconds, input.waitMicroseconds],
-    ).catch((error: unknown) => {
+    let lease: Lease | null;
+    try {
+      lease =
+        input.waitMicroseconds === 0
+          ? await this.#acquireOnce(key, signal, attempt)
+          : await this.#waiting.wait(key, input.waitMicroseconds / 1000, signal, attempt);
+    } catch (error) {
       if (error instanceof LeaseTimeoutError && observed('notAcquired'))
         publish('notAcquired', {
           key,
@@ -195,9 +213,8 @@ export class LeaseClient implements AsyncDisposable {
           waitedMs: performance.now() - sentAt,
         });
       throw error;
-    });
-    const row = rows[0]!;
-    if (!row.acquired) {
+    }
+    if (!lease) {
       if (observed('notAcquired'))
         publish('notAcquired', {
           key,
@@ -207,36 +224,31 @@ export class LeaseClient implements AsyncDisposable {
         });
       return null;
     }
-
-    const epoch = BigInt(row.epoch!);
-    let deadline = sentAt + row.remaining_us! / 1000;
-    // A wait (or a lock wait) between sending and the grant shortens that deadline by as much;
-    // after a long one, measure again from a fresh send.
-    if (performance.now() - sentAt > input.ttlMicroseconds / 1000 / 10)
-      deadline = Math.max(deadline, await this.#measureDeadline(key, owner, epoch));
-
-    const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
-    const lease = new Lease(
-      this.#calls,
-      {
-        key,
-        owner,
-        epoch,
-        expiresAt: row.expires_at!,
-        ttlMicroseconds: input.ttlMicroseconds,
-        deadline,
-      },
-      keepAlive,
-    );
     if (observed('acquired'))
       publish('acquired', {
         key,
         owner,
-        epoch,
-        expiresAt: row.expires_at!,
+        epoch: lease.epoch,
+        expiresAt: lease.expiresAt,
         waitedMs: performance.now() - sentAt,
       });
     return lease;
+  }
+
+  /** One attempt (wait 0); an abort that races it gives back what it granted. */
+  async #acquireOnce(
+    key: string,
+    signal: AbortSignal | undefined,
+    attempt: (follow: undefined, signal: AbortSignal | undefined) => Promise<AttemptResult<Lease>>,
+  ): Promise<Lease | null> {
+    try {
+      const { lease } = await attempt(undefined, signal);
+      if (!(lease && signal?.aborted)) return lease;
+      await lease.release().catch(() => undefined);
+    } catch (error) {
+      if (!signal?.aborted) throw error;
+    }
+    throw new LeaseAbortedError(key, { cause: signal.reason as unknown });
   }
 
   /**
@@ -354,6 +366,26 @@ export class LeaseClient implements AsyncDisposable {
   }
 
   /**
+   * Reports `key`'s state (as {@link inspect} does) now and then after every change of holder
+   * or epoch, until `signal` aborts. Woken by notifications of releases and at the holder's
+   * expiry, so it does not poll where notifications work (see {@link WaitingOptions}).
+   *
+   * @example
+   * for await (const state of client.observe('leader/scheduler', { signal })) {
+   *   console.log(state?.held ? `leader: ${state.owner}` : 'no leader');
+   * }
+   */
+  observe(key: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<LeaseState | null> {
+    validateInput('inspect', { key });
+    return this.#waiting.observe(key, options.signal);
+  }
+
+  /** @internal Wakes the waiters and observers of `key`: a new holder announcing itself. */
+  announce(key: string): Promise<void> {
+    return this.#waiting.announce(key);
+  }
+
+  /**
    * Renews a grant named by key, owner and epoch, without a handle (for tools such as the CLI;
    * a {@link Lease} renews itself). Resolves with the server's status; never throws for a
    * status.
@@ -404,12 +436,83 @@ export class LeaseClient implements AsyncDisposable {
    * }
    */
   async end(): Promise<void> {
+    await this.#waiting.close();
     if (this.#ownsPool) await (this.#db as pg.Pool).end();
   }
 
   /** {@link end}, for `await using client = new LeaseClient(url)`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.end();
+  }
+
+  /**
+   * One non-blocking acquire. A denied attempt with `follow` also reports the holder's state in
+   * the same statement, after marking the key for notifications (`lease.watch`) or not
+   * (`lease.inspect`).
+   */
+  async #attempt(
+    key: string,
+    owner: string,
+    ttlMicroseconds: number,
+    keepAlive: KeepAliveOptions | undefined,
+    follow: Follow | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<AttemptResult<Lease>> {
+    const values: unknown[] = [key, owner, ttlMicroseconds];
+    let followed = '';
+    if (follow) {
+      const call =
+        'watchMicroseconds' in follow
+          ? `lease.watch($1, ${MICROSECONDS('$4')})`
+          : 'lease.inspect($1)';
+      if ('watchMicroseconds' in follow) values.push(follow.watchMicroseconds);
+      // A CASE runs its subquery only for a denied attempt, after it (with its own snapshot);
+      // NULL when the key has no row.
+      followed = `, CASE WHEN NOT a.acquired THEN (
+           SELECT pg_catalog.json_build_object('held', i.held, 'remaining_us',
+                    pg_catalog.date_part('epoch', i.expires_at - pg_catalog.clock_timestamp()) * 1000000)
+             FROM ${call} AS i) END AS holder`;
+    }
+    const sentAt = performance.now();
+    const rows = await this.#query<{
+      acquired: boolean;
+      epoch: string | null;
+      expires_at: Date | null;
+      remaining_us: number | null;
+      holder?: { held: boolean; remaining_us: number | null } | null;
+    }>(
+      key,
+      `SELECT a.acquired, a.epoch::text AS epoch, a.expires_at, ${REMAINING_US('a')}${followed}
+         FROM lease.acquire($1, $2, ${MICROSECONDS('$3')}) AS a`,
+      values,
+      signal,
+    );
+    const receivedAt = performance.now();
+    const row = rows[0]!;
+    if (!row.acquired) {
+      const holder = follow
+        ? {
+            found: row.holder != null,
+            held: row.holder?.held === true,
+            remainingMs: row.holder?.remaining_us == null ? null : row.holder.remaining_us / 1000,
+          }
+        : undefined;
+      return { lease: null, holder, sentAt, receivedAt };
+    }
+
+    const epoch = BigInt(row.epoch!);
+    let deadline = sentAt + row.remaining_us! / 1000;
+    // A lock wait between sending and the grant shortens that deadline by as much; after a
+    // long one, measure again from a fresh send.
+    if (receivedAt - sentAt > ttlMicroseconds / 1000 / 10)
+      deadline = Math.max(deadline, await this.#measureDeadline(key, owner, epoch));
+
+    const lease = new Lease(
+      this.#calls,
+      { key, owner, epoch, expiresAt: row.expires_at!, ttlMicroseconds, deadline },
+      keepAlive,
+    );
+    return { lease, holder: undefined, sentAt, receivedAt };
   }
 
   async #renew(
@@ -478,13 +581,19 @@ export class LeaseClient implements AsyncDisposable {
     key: string,
     text: string,
     values: unknown[],
+    signal?: AbortSignal,
   ): Promise<R[]> {
     const db = this.#db;
-    if (!isPool(db)) return runOutsideTransaction<R>(db, key, text, values);
+    if (!isPool(db))
+      return runCancellable(db, () => runOutsideTransaction<R>(db, key, text, values), signal);
     const connection = await db.connect();
     let broken: Error | undefined;
     try {
-      return await runOutsideTransaction<R>(connection, key, text, values);
+      return await runCancellable(
+        connection,
+        () => runOutsideTransaction<R>(connection, key, text, values),
+        signal,
+      );
     } catch (error) {
       if (isConnectionFailure(error)) broken = error as Error;
       throw error;

@@ -35,18 +35,19 @@
  * look.  That setting takes effect only when a statement starts: set in a
  * function's SET clause or by set_config() inside the statement it never
  * arms (checked on 14 to 18).  So:
- *   - With client_connection_check_interval > 0 in the caller's session,
- *     PostgreSQL checks the connection at that interval and ends a backend
- *     whose client has gone (FATAL, the transaction rolls back).  The wait
- *     sends nothing.
- *   - Otherwise the wait probes by writing to the client: a NOTICE after
- *     every second of waiting, and two NOTICEs, 2 ms apart, between a grant
- *     made after sleeping and its commit.  A write to a socket whose peer
- *     has gone fails at once for a Unix socket; over TCP the first write
- *     after the peer closed still succeeds and draws a reset, so the second
- *     one fails.  PostgreSQL then ends the backend at the next interrupt
- *     check (pg_sleep checks first), before the grant commits.
- *     client_min_messages is raised to notice for the probes to be sent.
+ *   - While it sleeps: with client_connection_check_interval > 0 in the
+ *     caller's session, PostgreSQL checks the connection at that interval
+ *     and ends a backend whose client has gone (FATAL, the transaction
+ *     rolls back).  Otherwise the wait probes by writing to the client, a
+ *     NOTICE after every second of waiting.
+ *   - Between a grant made after sleeping and its commit, in both cases,
+ *     two NOTICEs 2 ms apart: the session's check may be a long interval
+ *     away, and the grant must not go to a client that died meanwhile.
+ * A write to a socket whose peer has gone fails at once for a Unix socket;
+ * over TCP the first write after the peer closed still succeeds and draws a
+ * reset, so the second one fails.  PostgreSQL then ends the backend at the
+ * next interrupt check (pg_sleep checks first), before the grant commits.
+ * client_min_messages is raised to notice for the probes to be sent.
  * Left open either way, and nothing can close it: a client that goes after
  * the last check and before the commit is granted the key, which lapses at
  * its expiry like any dead holder's (FAILURE-MODEL.md).
@@ -101,7 +102,7 @@ BEGIN
         END;
 
         IF acquired THEN
-            IF v_probe AND v_slept THEN
+            IF v_slept THEN
                 -- The client may have gone while this call slept: probe
                 -- twice before the grant can commit (see above).
                 RAISE NOTICE 'pg_lease: "%" is free, granting it', p_key;

@@ -15,11 +15,7 @@ import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { acquire, inspect, release } from './support/lease-sql.js';
 import { waitUntilBackendGone, waitUntilWaiting } from './support/sessions.js';
 
-const fixture = path.join(
-  path.dirname(fileURLToPath(import.meta.url)),
-  'fixtures',
-  'sql-wait.js',
-);
+const fixture = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'sql-wait.js');
 
 let database: TestDatabase;
 before(async () => {

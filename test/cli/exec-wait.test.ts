@@ -111,9 +111,10 @@ describe('pg-lease exec --wait and process groups', { concurrency: true }, () =>
     const state = (await client.inspect(key))!;
     assert.equal(await client.release(key, { owner: state.owner!, epoch: state.epoch }), 'ok');
     assert.ok(await client.acquire(key, { ttl: '1 min', owner: 'intruder' }));
+    // Before pg-lease's output closes: the sleep holds it open for 30 s if it survives.
+    await waitFor('the background sleep is gone', () => !alive(sleepPid), 10_000);
     const result = await cli.done;
     assert.equal(result.code, 76, result.stderr);
-    await waitFor('the background sleep is gone', () => !alive(sleepPid), 5_000);
   });
 
   test('a signal forwarded by pg-lease reaches every process of the command’s group', async () => {
@@ -122,9 +123,9 @@ describe('pg-lease exec --wait and process groups', { concurrency: true }, () =>
     await cli.waitForOutput('ready ');
     const sleepPid = readyPid(cli.stdout());
     cli.child.kill('SIGTERM');
+    await waitFor('the background sleep is gone', () => !alive(sleepPid), 10_000);
     const result = await cli.done;
     assert.equal(result.code, 143, `${result.signal} ${result.stderr}`);
-    await waitFor('the background sleep is gone', () => !alive(sleepPid), 5_000);
     assert.equal((await client.inspect(key))?.held, false);
   });
 });

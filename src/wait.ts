@@ -23,6 +23,7 @@ import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { durationMicroseconds, type Duration } from './duration.js';
+import type { LeaseState } from './client.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
 
 /** The channel releases notify on; the payload is the key. */
@@ -35,6 +36,8 @@ const WATCH_MS = 60_000;
 const PROBE_TIMEOUT_MS = 2_000;
 /** How long the listening connection stays after its last waiter, for the next one. */
 const LINGER_MS = 2_000;
+/** Longest delay Node's timers accept. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * How waiters of a {@link LeaseClient} learn that a key was released.
@@ -94,11 +97,13 @@ interface Releasable {
  * @internal
  */
 export class Waiting {
+  readonly #db: pg.Pool | pg.ClientBase;
   readonly #notifier: Notifier;
   readonly #pollMs: number;
   readonly #queues = new Map<string, Promise<void>>();
 
   constructor(db: pg.Pool | pg.ClientBase, options: WaitingOptions) {
+    this.#db = db;
     const mode = options.notifications ?? 'auto';
     this.#notifier = new Notifier(isPool(db) ? db : undefined, mode);
     const poll =
@@ -199,6 +204,77 @@ export class Waiting {
     }
   }
 
+  /**
+   * The key's state now and after every change (held or not, owner, epoch), until `signal`
+   * aborts. Sleeps like a waiter: until a notification for the key, the holder's expiry, or
+   * (without notifications, or while nobody holds the key and no notification came) the poll
+   * interval.
+   */
+  async *observe(key: string, signal: AbortSignal | undefined): AsyncGenerator<LeaseState | null> {
+    const subscription = this.#notifier.subscribe(key);
+    const stop = new Stop(Infinity, signal);
+    let last: string | undefined;
+    try {
+      for (;;) {
+        const listening = await stop.race(this.#notifier.listen());
+        const seen = subscription.generation;
+        const sentAt = performance.now();
+        const call = listening
+          ? `lease.watch($1, ${WATCH_MS} * interval '1 millisecond')`
+          : 'lease.inspect($1)';
+        const rows = await stop.race(
+          this.#run<{
+            held: boolean;
+            owner: string | null;
+            epoch: string;
+            expires_at: Date | null;
+            remaining_us: number | null;
+          }>(
+            `SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at,
+                    pg_catalog.date_part('epoch', i.expires_at - pg_catalog.clock_timestamp()) * 1000000 AS remaining_us
+               FROM ${call} AS i`,
+            [key],
+          ),
+        );
+        const receivedAt = performance.now();
+        const row = rows[0];
+        const state: LeaseState | null = row
+          ? {
+              held: row.held,
+              owner: row.owner,
+              epoch: BigInt(row.epoch),
+              expiresAt: row.expires_at,
+            }
+          : null;
+        const fingerprint = state ? `${state.held}|${state.owner}|${state.epoch}` : 'none';
+        if (fingerprint !== last) {
+          last = fingerprint;
+          yield state;
+        }
+        let until = listening ? sentAt + WATCH_MS / 2 : receivedAt + this.#pollMs;
+        if (state?.held && row!.remaining_us !== null)
+          until = Math.min(until, receivedAt + Math.max(0, row!.remaining_us));
+        else until = Math.min(until, receivedAt + this.#pollMs);
+        await stop.sleepUntil(until, subscription.changed(seen));
+      }
+    } catch (error) {
+      if (error instanceof StopSignal) return;
+      throw error;
+    } finally {
+      stop.dispose();
+      subscription.close();
+    }
+  }
+
+  /** Notifies everyone waiting for or observing `key` (a new holder announcing itself). */
+  async announce(key: string): Promise<void> {
+    await this.#run('SELECT pg_catalog.pg_notify($1, $2)', [NOTIFY_CHANNEL, key]);
+  }
+
+  async #run<R extends pg.QueryResultRow>(text: string, values: unknown[]): Promise<R[]> {
+    return (await this.#db.query<R>(text, values)).rows;
+  }
+
   /** Stops listening and gives the connection back. */
   async close(): Promise<void> {
     await this.#notifier.close();
@@ -209,7 +285,7 @@ export class Waiting {
 class Stop {
   readonly #controller = new AbortController();
   readonly #signal: AbortSignal | undefined;
-  readonly #timer: NodeJS.Timeout;
+  #timer: NodeJS.Timeout;
   readonly #onAbort = () => this.#controller.abort(this.#signal?.reason);
   timedOut = false;
 
@@ -217,12 +293,26 @@ class Stop {
     this.#signal = signal;
     if (signal?.aborted) this.#controller.abort(signal.reason);
     signal?.addEventListener('abort', this.#onAbort, { once: true });
+    const delay = Math.max(0, Math.ceil(deadline - performance.now()));
     this.#timer = setTimeout(
       () => {
+        if (performance.now() < deadline) return this.#rearm(deadline);
         this.timedOut = true;
         this.#controller.abort(new Error('deadline'));
       },
-      Math.max(0, Math.ceil(deadline - performance.now())),
+      Math.min(delay, MAX_TIMER_MS),
+    );
+  }
+
+  #rearm(deadline: number): void {
+    clearTimeout(this.#timer);
+    this.#timer = setTimeout(
+      () => {
+        if (performance.now() < deadline) return this.#rearm(deadline);
+        this.timedOut = true;
+        this.#controller.abort(new Error('deadline'));
+      },
+      Math.min(Math.max(0, Math.ceil(deadline - performance.now())), MAX_TIMER_MS),
     );
   }
 

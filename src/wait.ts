@@ -192,8 +192,14 @@ export class Waiting {
         else until = Math.min(until, result.sentAt + watchMs / 2);
         const holder = result.holder;
         if (holder && (!holder.found || !holder.held)) continue; // freed meanwhile: try now
+        // The server measured the time left while it answered: somewhere between the send and
+        // the answer. Aim at the middle; an attempt that arrives early is denied and tells
+        // how little is left, one round trip more.
         if (holder?.remainingMs != null)
-          until = Math.min(until, result.receivedAt + Math.max(0, holder.remainingMs));
+          until = Math.min(
+            until,
+            (result.sentAt + result.receivedAt) / 2 + Math.max(0, holder.remainingMs),
+          );
         await stop.sleepUntil(until, subscription.changed(seen));
       }
     } catch (error) {

@@ -18,7 +18,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { LeaseClient, type Lease } from '../src/index.js';
-import type { PgCluster } from '../src/testing/index.js';
+import type { PgCluster } from 'pg-lease-testing';
 import { BENCH_DATABASE, loadCandidate } from './setup.js';
 import { percentile } from './stats.js';
 

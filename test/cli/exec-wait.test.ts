@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LeaseClient } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { uniqueKey, waitFor } from '../client/helpers.js';
+import { uniqueKey, waitFor } from '../support/helpers.js';
 import { startCli } from './helpers.js';
 
 let db: TestDatabase;

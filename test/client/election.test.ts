@@ -15,7 +15,7 @@ import {
   type LeaseClientOptions,
 } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { abortReason, uniqueKey, waitFor } from './helpers.js';
+import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
 let db: TestDatabase;
 let admin: LeaseClient;
@@ -85,11 +85,11 @@ describe('Election', { concurrency: true }, () => {
 
   test('a leader whose renewals stop steps down before its lease expires on the server', async () => {
     const key = uniqueKey('election-stepdown');
-    // Renewals every hour: the lease runs out after its ttl unless the leader stepped down.
+    // The first renewal would come after the step-down point (ttl - margin).
     const a = new Election(candidate(), key, {
       ttl: '1500ms',
       identity: 'a',
-      keepAlive: { interval: '1 hour' },
+      keepAlive: { interval: '1400ms' },
       stepDownMargin: '600ms',
     });
     const leaderA = await a.campaign();

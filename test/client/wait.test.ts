@@ -13,7 +13,7 @@ import {
   type LeaseClientOptions,
 } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { uniqueKey, waitFor } from './helpers.js';
+import { uniqueKey, waitFor } from '../support/helpers.js';
 
 let db: TestDatabase;
 let admin: LeaseClient;

@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { acquire, inspect, release } from './support/lease-sql.js';
+import { acquire, inspect, release } from '../support/lease-calls.js';
 import { waitUntilBackendGone, waitUntilWaiting } from './support/sessions.js';
 
 const fixture = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'sql-wait.js');
@@ -66,7 +66,7 @@ describe('a blocking acquire whose client was killed', { concurrency: true }, ()
       const state = await inspect(pool, key);
       assert.deepEqual(
         state,
-        { held: false, owner: null, epoch: grant.epoch! + 1, expiresUs: null },
+        { held: false, owner: null, epoch: grant.epoch! + 1n, expiresAt: null },
         'the key was granted to the killed waiter',
       );
     });
@@ -83,7 +83,7 @@ describe('a blocking acquire whose client was killed', { concurrency: true }, ()
       assert.ok(Date.now() - killedAt < 15_000, 'the backend kept waiting after its client died');
       assert.equal((await release(pool, key, 'holder', grant.epoch!)).status, 'ok');
       const next = await acquire(pool, key, 'next', '1 second');
-      assert.deepEqual([next.acquired, next.epoch], [true, grant.epoch! + 2]);
+      assert.deepEqual([next.acquired, next.epoch], [true, grant.epoch! + 2n]);
     });
   }
 });

@@ -885,8 +885,7 @@ BEGIN
                 -- twice before the grant can commit (see above).
                 RAISE NOTICE 'pg_lease: "%" is free, granting it', p_key;
                 PERFORM pg_catalog.pg_sleep(0.002);
-                RAISE NOTICE 'pg_lease: granted "%" after waiting %',
-                    p_key, pg_catalog.clock_timestamp() - v_start;
+                RAISE NOTICE 'pg_lease: granted "%" after waiting', p_key;
                 PERFORM pg_catalog.pg_sleep(0);
             END IF;
             RETURN NEXT;

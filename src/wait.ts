@@ -85,8 +85,14 @@ export interface AttemptResult<L> {
 /** What a denied attempt should also do: watch the key (mark it) or only inspect it. @internal */
 export type Follow = { watchMicroseconds: number } | { inspect: true };
 
-/** One non-blocking attempt, cancelled on the server when `signal` aborts. @internal */
-export type Attempt<L> = (follow: Follow, signal: AbortSignal) => Promise<AttemptResult<L>>;
+/**
+ * One non-blocking attempt, cancelled on the server when `signal` aborts; without `follow` a
+ * plain acquire. @internal
+ */
+export type Attempt<L> = (
+  follow: Follow | undefined,
+  signal: AbortSignal,
+) => Promise<AttemptResult<L>>;
 
 interface Releasable {
   release(): Promise<unknown>;
@@ -156,16 +162,23 @@ export class Waiting {
     attempt: Attempt<L>,
   ): Promise<L> {
     const subscription = this.#notifier.subscribe(key);
+    // LISTEN (and, the first time, the check that notifications come back) runs while the
+    // first attempt, a plain acquire, is out: a free key is granted without waiting for it.
+    const firstListen = this.#notifier.listen();
+    firstListen.catch(() => undefined);
+    let first = true;
     let locked = false;
     try {
       for (;;) {
         stop.check();
-        const listening = await stop.race(this.#notifier.listen());
+        const listening = first ? false : await stop.race(this.#notifier.listen());
         const seen = subscription.generation;
         const watchMs = Math.min(deadline - performance.now() + 1_000, WATCH_MS);
-        const follow: Follow = listening
-          ? { watchMicroseconds: Math.max(1, Math.round(watchMs * 1000)) }
-          : { inspect: true };
+        const follow: Follow | undefined = first
+          ? undefined
+          : listening
+            ? { watchMicroseconds: Math.max(1, Math.round(watchMs * 1000)) }
+            : { inspect: true };
         let result: AttemptResult<L>;
         try {
           result = await attempt(follow, stop.signal);
@@ -186,6 +199,12 @@ export class Waiting {
         }
         const now = performance.now();
         if (now >= deadline) throw stop.timeout(key, waitMs, false);
+        if (first) {
+          // Denied: from now on every attempt also watches (or inspects) the key.
+          first = false;
+          await stop.race(firstListen);
+          continue;
+        }
 
         let until = deadline;
         if (!listening) until = Math.min(until, now + this.#pollMs);

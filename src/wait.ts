@@ -460,7 +460,9 @@ class Notifier {
   constructor(pool: pg.Pool | undefined, mode: boolean | 'auto') {
     this.#pool = pool;
     this.#mode = mode;
-    if (!pool || mode === false) this.verdict = false;
+    // A pool of one connection would give it to the listener and none to the attempts.
+    const max = (pool as { options?: { max?: number } } | undefined)?.options?.max ?? 10;
+    if (!pool || mode === false || max < 2) this.verdict = false;
   }
 
   subscribe(key: string): Subscription {

@@ -252,8 +252,3 @@ function scriptBody(script: string): string {
     .replace(/^\\echo .*\\quit[^\n]*$/m, '')
     .replace(/^\s*SELECT\s+(?:pg_catalog\.)?pg_extension_config_dump\s*\([^;]*\);[^\n]*$/gim, '');
 }
-
-/** The bundled install script as plain SQL (see {@link installPgLease}). */
-export function bundledScriptBody(): string {
-  return scriptBody(BUNDLED_INSTALL_SCRIPT);
-}

@@ -37,9 +37,12 @@ export async function watchCommand(args: string[]): Promise<number> {
     throw new UsageError(`--count must be a positive whole number, got "${values.count}"`);
 
   const stop = new AbortController();
+  // Installed with on(), not once(): a typed Ctrl-C can arrive twice (the terminal signals the
+  // whole foreground group, and a wrapper such as script(1) may pass it on again); a second one
+  // during shutdown must not kill the process with the default action.
   const onSignal = () => stop.abort();
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
   const tty = process.stdout.isTTY === true && !values.json;
   const client = new LeaseClient(connectionString(values));
   if (tty) process.stdout.write(HIDE_CURSOR);
@@ -76,9 +79,9 @@ export async function watchCommand(args: string[]): Promise<number> {
     }
     return EXIT.OK;
   } finally {
-    process.removeListener('SIGINT', onSignal);
-    process.removeListener('SIGTERM', onSignal);
     if (tty) process.stdout.write(SHOW_CURSOR);
     await client.end();
+    process.removeListener('SIGINT', onSignal);
+    process.removeListener('SIGTERM', onSignal);
   }
 }

@@ -39,6 +39,7 @@ import {
   type Summary,
 } from './report.js';
 import { buildArms, candidateScript, setupBenchDatabase, UsageError } from './setup.js';
+import { waitBench, waitMarkdown, type WaitResults } from './wait.js';
 import { WORKLOADS, type Arm, type Workload } from './workloads.js';
 
 const USAGE = `Usage: npm run bench -- [options]
@@ -63,6 +64,9 @@ const USAGE = `Usage: npm run bench -- [options]
   --no-profile          skip the profiling phase
   --fsync-test          record pg_test_fsync figures for the data dir (on in full mode)
   --out DIR             results folder (default bench/results/<timestamp>)
+  --no-wait             skip the wait phase (wake and takeover latency, 100 waiters)
+  --wait-only           run only the wait phase
+  --wait-rounds N       rounds per wait measurement (default 100, 30 in quick mode)
   -h, --help            this text
 `;
 
@@ -81,6 +85,9 @@ interface Options {
   profile: boolean;
   fsyncTest: boolean;
   out: string;
+  wait: boolean;
+  waitOnly: boolean;
+  waitRounds: number;
 }
 
 function parseOptions(argv: string[]): Options {
@@ -102,6 +109,9 @@ function parseOptions(argv: string[]): Options {
       'no-profile': { type: 'boolean', default: false },
       'fsync-test': { type: 'boolean' },
       out: { type: 'string' },
+      'no-wait': { type: 'boolean', default: false },
+      'wait-only': { type: 'boolean', default: false },
+      'wait-rounds': { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -166,6 +176,9 @@ function parseOptions(argv: string[]): Options {
     out: path.resolve(
       values.out ?? path.join(PACKAGE_ROOT, 'bench', 'results', stamp + (quick ? '-quick' : '')),
     ),
+    wait: !values['no-wait'],
+    waitOnly: values['wait-only'] ?? false,
+    waitRounds: positiveInt('wait-rounds', values['wait-rounds'], quick ? 30 : 100),
   };
 }
 
@@ -226,6 +239,7 @@ async function main(): Promise<number> {
   const cluster = await PgCluster.start({ installation, settings: BENCH_SETTINGS });
   const records: RunRecord[] = [];
   const wal: WalRecord[] = [];
+  let waitResults: WaitResults | undefined;
   let env;
   try {
     await setupBenchDatabase(cluster, arms, candidateScripts, maxClients);
@@ -248,9 +262,11 @@ async function main(): Promise<number> {
     // Throughput/latency: every (round, clients, workload) runs all its arms together, either
     // back to back in alternating order or interleaved per transaction, so drift on the
     // shared machine hits lease and baseline alike.
-    const total = options.rounds * options.clients.length * options.workloads.length;
+    const total = options.waitOnly
+      ? 0
+      : options.rounds * options.clients.length * options.workloads.length;
     let done = 0;
-    for (let round = 1; round <= options.rounds; round++) {
+    for (let round = 1; round <= (options.waitOnly ? 0 : options.rounds); round++) {
       for (const clients of options.clients) {
         for (const workload of options.workloads) {
           const workloadArms = armsFor(workload, arms, options.quick);
@@ -283,7 +299,7 @@ async function main(): Promise<number> {
     }
 
     // WAL per call: one client, fixed count, nothing else running.
-    for (const workload of options.workloads) {
+    for (const workload of options.waitOnly ? [] : options.workloads) {
       for (const arm of armsFor(workload, arms, options.quick)) {
         const record = await walRun(context, workload, arm, options.walTransactions);
         wal.push(record);
@@ -292,8 +308,25 @@ async function main(): Promise<number> {
         );
       }
     }
+
+    // Waiting: wake and takeover latency, client wait beside the SQL wait (this build, 0.1.0).
+    if (options.wait || options.waitOnly) {
+      waitResults = await waitBench(cluster, {
+        rounds: options.waitRounds,
+        v010Script: path.join(PACKAGE_ROOT, 'extension', 'test', 'fixtures', 'pg_lease--0.1.0.sql'),
+        log,
+      });
+      fs.writeFileSync(path.join(options.out, 'wait.json'), toJson(waitResults));
+      fs.writeFileSync(path.join(options.out, 'wait.md'), waitMarkdown(waitResults, command));
+    }
   } finally {
     await cluster.destroy();
+  }
+  if (options.waitOnly) {
+    fs.writeFileSync(path.join(options.out, 'environment.json'), toJson(env));
+    fs.writeFileSync(path.join(options.out, 'environment.md'), environmentMarkdown(env!));
+    if (waitResults) process.stdout.write(waitMarkdown(waitResults, command));
+    return 0;
   }
 
   // The profile cluster stages extension/ anew: if the SQL changed meanwhile (people are
@@ -353,9 +386,11 @@ async function main(): Promise<number> {
   fs.writeFileSync(path.join(options.out, 'environment.md'), environmentMarkdown(env!));
   fs.writeFileSync(path.join(options.out, 'summary.json'), toJson(summary));
   writeCharts(summary, path.join(options.out, 'charts'));
-  const markdown = summaryMarkdown(summary, env!, folder);
+  let markdown = summaryMarkdown(summary, env!, folder);
+  if (waitResults) markdown += `\n${waitMarkdown(waitResults, command)}`;
   fs.writeFileSync(path.join(options.out, 'summary.md'), markdown);
   process.stdout.write(markdown.slice(0, markdown.indexOf('## Latency and throughput')));
+  if (waitResults) process.stdout.write(waitMarkdown(waitResults, command));
   log(`done in ${Math.round(summary.elapsedSeconds)} s: ${folder}/summary.md`);
 
   if (options.check) {

@@ -257,7 +257,11 @@ function escapeRegExp(text: string): string {
  * `lease.` reference (table and functions) becomes `<schema>.`, the `\echo` guard and the
  * extension-only pg_extension_config_dump call are dropped, `@extschema@` is resolved.
  */
-async function loadCandidate(client: pg.Client, schema: string, sqlFile: string): Promise<void> {
+export async function loadCandidate(
+  client: pg.Client,
+  schema: string,
+  sqlFile: string,
+): Promise<void> {
   const script = fs
     .readFileSync(sqlFile, 'utf8')
     .split('\n')

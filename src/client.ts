@@ -17,6 +17,7 @@ import {
   type RenewItem,
 } from './batch.js';
 import {
+  LeaseAbortedError,
   LeaseError,
   LeaseNotAcquiredError,
   LeaseTimeoutError,
@@ -38,6 +39,14 @@ import {
 import { defaultOwner } from './owner.js';
 import { STATEMENTS, type Statement } from './statements.js';
 import { validateInput } from './validation.js';
+import {
+  runCancellable,
+  Waiting,
+  type AttemptResult,
+  type Follow,
+  type HolderState,
+  type WaitingOptions,
+} from './wait.js';
 
 /**
  * Where the client sends its calls: a `pg.Pool` (recommended), a dedicated `pg.Client`, or a
@@ -57,7 +66,7 @@ export type LeaseDatabase = pg.Pool | pg.ClientBase | string;
  * import { LeaseClient } from 'pg-lease';
  * const client = new LeaseClient(pool, { owner: `billing-worker-${process.env.POD_NAME}` });
  */
-export interface LeaseClientOptions {
+export interface LeaseClientOptions extends WaitingOptions {
   /**
    * Owner identity for every acquire that names none. Default: a fresh {@link defaultOwner}
    * per acquire, so that two acquires never share a grant. Set it only for identities that are
@@ -119,10 +128,17 @@ export interface AcquireOptions {
   ttl: Duration;
   /**
    * How long to wait for a key held by another owner. Default 0: answer at once (`null` when
-   * held). When the wait runs out, acquire rejects with {@link LeaseTimeoutError}. A waiting
-   * acquire holds one pool connection (and its transaction) for the whole wait.
+   * held). When the wait runs out, acquire rejects with {@link LeaseTimeoutError}. The wait
+   * holds no transaction and no connection: it makes short attempts and sleeps in between until
+   * the key is released (notification), the holder's grant expires, or the wait ends; see
+   * {@link WaitingOptions}.
    */
   wait?: Duration;
+  /**
+   * Gives up waiting when it aborts: acquire rejects with {@link LeaseAbortedError}, nothing is
+   * granted and no statement is left running on the server.
+   */
+  signal?: AbortSignal;
   /** Owner identity. Default: the client's `owner` option, else a fresh {@link defaultOwner}. */
   owner?: string;
   /** Renew automatically until released or lost; `true` renews every ttl / 3. Default: off. */
@@ -187,6 +203,7 @@ export class LeaseClient implements AsyncDisposable {
   readonly #acquirer: Coalescer<AcquireItem, AcquiredRow> | undefined;
   readonly #group: KeepAliveGroup;
   readonly #calls: LeaseCalls;
+  readonly #waiting: Waiting;
 
   /**
    * @param database a `pg.Pool`, a dedicated `pg.Client` (connected, with an `error` listener:
@@ -223,7 +240,7 @@ export class LeaseClient implements AsyncDisposable {
       );
       this.#acquirer = new Coalescer<AcquireItem, AcquiredRow>(
         byOwnerAndTtl,
-        (i) => this.#acquireOne(i.key, i.owner, i.ttlMicroseconds, 0),
+        (i) => this.#acquireOne(i.key, i.owner, i.ttlMicroseconds),
         (items) =>
           acquireMany(
             run,
@@ -246,6 +263,7 @@ export class LeaseClient implements AsyncDisposable {
     if (options.sharedKeepAlive ?? true)
       this.#calls.scheduler = (renew, ttlMs, keepAlive) =>
         this.#group.scheduler(renew, ttlMs, keepAlive);
+    this.#waiting = new Waiting(this.#db, options);
   }
 
   /**
@@ -272,12 +290,19 @@ export class LeaseClient implements AsyncDisposable {
       keepAliveInterval:
         typeof options.keepAlive === 'object' ? options.keepAlive.interval : undefined,
     });
+    const { signal } = options;
+    if (signal?.aborted) throw new LeaseAbortedError(key, { cause: signal.reason as unknown });
+    const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
+    const attempt = (follow: Follow | undefined, attemptSignal: AbortSignal | undefined) =>
+      this.#attempt(key, owner, input.ttlMicroseconds, keepAlive, follow, attemptSignal);
     const startedAt = performance.now();
-    const row = await (
-      this.#acquirer && input.waitMicroseconds === 0
-        ? this.#acquirer.submit({ key, owner, ttlMicroseconds: input.ttlMicroseconds })
-        : this.#acquireOne(key, owner, input.ttlMicroseconds, input.waitMicroseconds)
-    ).catch((error: unknown) => {
+    let lease: Lease | null;
+    try {
+      lease =
+        input.waitMicroseconds === 0
+          ? await this.#acquireOnce(key, signal, attempt)
+          : await this.#waiting.wait(key, input.waitMicroseconds / 1000, signal, attempt);
+    } catch (error) {
       if (error instanceof LeaseTimeoutError && observed('notAcquired'))
         publish('notAcquired', {
           key,
@@ -286,8 +311,8 @@ export class LeaseClient implements AsyncDisposable {
           waitedMs: performance.now() - startedAt,
         });
       throw error;
-    });
-    if (!row.acquired) {
+    }
+    if (!lease) {
       if (observed('notAcquired'))
         publish('notAcquired', {
           key,
@@ -297,37 +322,31 @@ export class LeaseClient implements AsyncDisposable {
         });
       return null;
     }
-
-    const { sentAt } = row;
-    const epoch = row.epoch!;
-    let deadline = sentAt + row.remainingMs!;
-    // A wait (or a lock wait) between sending and the grant shortens that deadline by as much;
-    // after a long one, measure again from a fresh send.
-    if (performance.now() - sentAt > input.ttlMicroseconds / 1000 / 10)
-      deadline = Math.max(deadline, await this.#measureDeadline(key, owner, epoch));
-
-    const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
-    const lease = new Lease(
-      this.#calls,
-      {
-        key,
-        owner,
-        epoch,
-        expiresAt: row.expiresAt!,
-        ttlMicroseconds: input.ttlMicroseconds,
-        deadline,
-      },
-      keepAlive,
-    );
     if (observed('acquired'))
       publish('acquired', {
         key,
         owner,
-        epoch,
-        expiresAt: row.expiresAt!,
+        epoch: lease.epoch,
+        expiresAt: lease.expiresAt,
         waitedMs: performance.now() - startedAt,
       });
     return lease;
+  }
+
+  /** One attempt (wait 0); an abort that races it gives back what it granted. */
+  async #acquireOnce(
+    key: string,
+    signal: AbortSignal | undefined,
+    attempt: (follow: undefined, signal: AbortSignal | undefined) => Promise<AttemptResult<Lease>>,
+  ): Promise<Lease | null> {
+    try {
+      const { lease } = await attempt(undefined, signal);
+      if (!(lease && signal?.aborted)) return lease;
+      await lease.release().catch(() => undefined);
+    } catch (error) {
+      if (!signal?.aborted) throw error;
+    }
+    throw new LeaseAbortedError(key, { cause: signal.reason as unknown });
   }
 
   /**
@@ -502,6 +521,26 @@ export class LeaseClient implements AsyncDisposable {
   }
 
   /**
+   * Reports `key`'s state (as {@link inspect} does) now and then after every change of holder
+   * or epoch, until `signal` aborts. Woken by notifications of releases and at the holder's
+   * expiry, so it does not poll where notifications work (see {@link WaitingOptions}).
+   *
+   * @example
+   * for await (const state of client.observe('leader/scheduler', { signal })) {
+   *   console.log(state?.held ? `leader: ${state.owner}` : 'no leader');
+   * }
+   */
+  observe(key: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<LeaseState | null> {
+    validateInput('inspect', { key });
+    return this.#waiting.observe(key, options.signal);
+  }
+
+  /** @internal Wakes the waiters and observers of `key`: a new holder announcing itself. */
+  announce(key: string): Promise<void> {
+    return this.#waiting.announce(key);
+  }
+
+  /**
    * Renews a grant named by key, owner and epoch, without a handle (for tools such as the CLI;
    * a {@link Lease} renews itself). Resolves with the server's status; never throws for a
    * status.
@@ -552,6 +591,7 @@ export class LeaseClient implements AsyncDisposable {
    * }
    */
   async end(): Promise<void> {
+    await this.#waiting.close();
     if (this.#ownsPool) await (this.#db as pg.Pool).end();
   }
 
@@ -560,19 +600,63 @@ export class LeaseClient implements AsyncDisposable {
     await this.end();
   }
 
+  /**
+   * One non-blocking acquire, coalesced with its company when the client coalesces and nothing
+   * can cancel it. A denied attempt with `follow` also reports the holder's state in the same
+   * statement, after marking the key for notifications (`lease.watch`) or not (`lease.inspect`).
+   */
+  async #attempt(
+    key: string,
+    owner: string,
+    ttlMicroseconds: number,
+    keepAlive: KeepAliveOptions | undefined,
+    follow: Follow | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<AttemptResult<Lease>> {
+    const row: AcquiredRow & { holder?: HolderState } =
+      this.#acquirer && follow === undefined && signal === undefined
+        ? await this.#acquirer.submit({ key, owner, ttlMicroseconds })
+        : await this.#acquireOne(key, owner, ttlMicroseconds, follow, signal);
+    const receivedAt = performance.now();
+    const { sentAt } = row;
+    if (!row.acquired) return { lease: null, holder: row.holder, sentAt, receivedAt };
+
+    const epoch = row.epoch!;
+    let deadline = sentAt + row.remainingMs!;
+    // A lock wait between sending and the grant shortens that deadline by as much; after a
+    // long one, measure again from a fresh send.
+    if (receivedAt - sentAt > ttlMicroseconds / 1000 / 10)
+      deadline = Math.max(deadline, await this.#measureDeadline(key, owner, epoch));
+
+    const lease = new Lease(
+      this.#calls,
+      { key, owner, epoch, expiresAt: row.expiresAt!, ttlMicroseconds, deadline },
+      keepAlive,
+    );
+    return { lease, holder: undefined, sentAt, receivedAt };
+  }
+
   async #acquireOne(
     key: string,
     owner: string,
     ttlMicroseconds: number,
-    waitMicroseconds: number,
-  ): Promise<AcquiredRow> {
+    follow?: Follow,
+    signal?: AbortSignal,
+  ): Promise<AcquiredRow & { holder?: HolderState }> {
+    const [statement, values]: [Statement, unknown[]] =
+      follow === undefined
+        ? [STATEMENTS.acquire, [key, owner, ttlMicroseconds]]
+        : 'watchMicroseconds' in follow
+          ? [STATEMENTS.acquireWatching, [key, owner, ttlMicroseconds, follow.watchMicroseconds]]
+          : [STATEMENTS.acquireInspecting, [key, owner, ttlMicroseconds]];
     const sentAt = performance.now();
     const rows = await this.#query<{
       acquired: boolean;
       epoch: string | null;
       expires_at: Date | null;
       remaining_us: number | null;
-    }>(key, STATEMENTS.acquire, [key, owner, ttlMicroseconds, waitMicroseconds]);
+      holder?: { held: boolean; remaining_us: number | null } | null;
+    }>(key, statement, values, signal);
     const row = rows[0]!;
     return {
       key,
@@ -581,6 +665,15 @@ export class LeaseClient implements AsyncDisposable {
       expiresAt: row.expires_at,
       sentAt,
       remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
+      ...(follow === undefined || row.acquired
+        ? {}
+        : {
+            holder: {
+              found: row.holder != null,
+              held: row.holder?.held === true,
+              remainingMs: row.holder?.remaining_us == null ? null : row.holder.remaining_us / 1000,
+            },
+          }),
     };
   }
 
@@ -640,10 +733,15 @@ export class LeaseClient implements AsyncDisposable {
     key: string,
     statement: Statement,
     values: unknown[],
+    signal?: AbortSignal,
   ): Promise<R[]> {
-    if (!this.#prepared) return this.#send<R>(key, { text: statement.text, values });
+    if (!this.#prepared) return this.#send<R>(key, { text: statement.text, values }, signal);
     try {
-      return await this.#send<R>(key, { name: statement.name, text: statement.text, values });
+      return await this.#send<R>(
+        key,
+        { name: statement.name, text: statement.text, values },
+        signal,
+      );
     } catch (error) {
       // A pooler in transaction mode that does not track prepared statements hands the next
       // statement to another server connection, which does not know the name (26000) or
@@ -653,17 +751,26 @@ export class LeaseClient implements AsyncDisposable {
       if (!(error instanceof pg.DatabaseError) || (code !== '26000' && code !== '42P05'))
         throw error;
       this.#prepared = false;
-      return this.#send<R>(key, { text: statement.text, values });
+      return this.#send<R>(key, { text: statement.text, values }, signal);
     }
   }
 
-  async #send<R extends pg.QueryResultRow>(key: string, query: pg.QueryConfig): Promise<R[]> {
+  async #send<R extends pg.QueryResultRow>(
+    key: string,
+    query: pg.QueryConfig,
+    signal: AbortSignal | undefined,
+  ): Promise<R[]> {
     const db = this.#db;
-    if (!isPool(db)) return runOutsideTransaction<R>(db, key, query);
+    if (!isPool(db))
+      return runCancellable(db, () => runOutsideTransaction<R>(db, key, query), signal);
     const connection = await db.connect();
     let broken: Error | undefined;
     try {
-      return await runOutsideTransaction<R>(connection, key, query);
+      return await runCancellable(
+        connection,
+        () => runOutsideTransaction<R>(connection, key, query),
+        signal,
+      );
     } catch (error) {
       if (isConnectionFailure(error)) broken = error as Error;
       throw error;

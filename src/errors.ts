@@ -63,6 +63,7 @@ export const STALE_EPOCH_MESSAGE = 'pg_lease: stale epoch';
  * - `read_only`: a writing call reached a hot standby or a read-only session ({@link LeaseReadOnlyError}).
  * - `unconfirmed_commit`: the call's commit waited for a synchronous standby and the wait was
  *   cancelled: committed on the primary only, so a failover may lose it. Treat it as failed.
+ * - `aborted`: the caller's `signal` ended a waiting acquire ({@link LeaseAbortedError}).
  *
  * @example
  * import type { LeaseErrorCode } from 'pg-lease';
@@ -77,7 +78,8 @@ export type LeaseErrorCode =
   | 'in_transaction'
   | 'stale_epoch'
   | 'read_only'
-  | 'unconfirmed_commit';
+  | 'unconfirmed_commit'
+  | 'aborted';
 
 /**
  * Why a lease was lost: the server's status for a renew that did not succeed, or `expired` when
@@ -211,6 +213,31 @@ export class LeaseReadOnlyError extends LeaseError {
       options,
     );
     this.serverMessage = serverMessage;
+  }
+}
+
+/**
+ * The caller's `signal` aborted an acquire before it was granted. Nothing is held: a grant that
+ * raced the abort was released again, and no statement of the wait is left running on the
+ * server. `cause` is the signal's reason.
+ *
+ * @example
+ * import { LeaseAbortedError } from 'pg-lease';
+ * const stop = AbortSignal.timeout(1_000);
+ * try {
+ *   await client.acquire('job-42', { ttl: '30s', wait: '1 min', signal: stop });
+ * } catch (error) {
+ *   if (!(error instanceof LeaseAbortedError)) throw error;
+ * }
+ */
+export class LeaseAbortedError extends LeaseError {
+  override name = 'LeaseAbortedError';
+  /** The key that was waited for. */
+  readonly key: string;
+
+  constructor(key: string, options?: ErrorOptions) {
+    super('aborted', `pg_lease: waiting for ${JSON.stringify(key)} was aborted`, options);
+    this.key = key;
   }
 }
 

@@ -22,9 +22,18 @@ export {
 } from './client.js';
 export { Lease, type LeaseStatus } from './lease.js';
 export { type KeepAliveOptions } from './keeper.js';
+export { NOTIFY_CHANNEL, type WaitingOptions } from './wait.js';
+export {
+  Election,
+  type ElectionEvents,
+  type ElectionOptions,
+  type Leader,
+  type Leadership,
+} from './election.js';
 export {
   ACQUIRE_TIMEOUT_MESSAGE,
   INVALID_INPUT_MESSAGE,
+  LeaseAbortedError,
   LeaseError,
   LeaseFencedError,
   LeaseInvalidInputError,

@@ -139,6 +139,34 @@ export class Lease implements AsyncDisposable {
     return this.#controller.signal;
   }
 
+  /**
+   * Milliseconds the holder may still act, from the handle's monotonic deadline (see the module
+   * comment), read now: 0 once lost, released or past the deadline. Unlike `signal`, which
+   * aborts when a timer runs, this is right also just after the event loop stalled.
+   *
+   * @example
+   * if (lease.remainingMs() < 500) return; // too little left to start another step
+   */
+  remainingMs(): number {
+    if (this.signal.aborted) return 0;
+    return Math.max(0, this.#deadline - performance.now());
+  }
+
+  /**
+   * Throws unless the lease is still held by the handle's reckoning, checked now: the
+   * {@link LeaseLostError} (or the release's {@link LeaseError}) that `signal` carries, after
+   * marking the lease lost when its deadline has passed without a timer having noticed yet.
+   *
+   * @example
+   * lease.assertHeld(); // right before an action that must not happen after a loss
+   * await writeFenced(row, lease.epoch);
+   */
+  assertHeld(): void {
+    if (!this.signal.aborted && performance.now() >= this.#deadline)
+      this.#lose('expired', this.#lastFailure);
+    this.#throwIfEnded();
+  }
+
   /** The loss, once the lease is lost; `undefined` while held or after a plain release. */
   get lost(): LeaseLostError | undefined {
     const reason: unknown = this.signal.reason;

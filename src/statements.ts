@@ -39,13 +39,36 @@ function REMAINING_US(alias: string): string {
   return `pg_catalog.date_part('epoch', ${alias}.expires_at - pg_catalog.clock_timestamp()) * 1000000 AS remaining_us`;
 }
 
+/**
+ * A non-blocking acquire, with `follow` columns: the client waits between attempts itself,
+ * holding no transaction (see wait.ts), so it never passes the SQL `wait`.
+ */
+function ACQUIRE(follow = ''): string {
+  return `SELECT a.acquired, a.epoch::text AS epoch, a.expires_at, ${REMAINING_US('a')}${follow}
+       FROM lease.acquire($1, $2, ${MICROSECONDS('$3')}) AS a`;
+}
+
+/**
+ * The holder's state after a denied attempt, as a column of the same statement: a CASE runs its
+ * subquery only when the key was not granted, after the acquire (with its own snapshot); NULL
+ * when the key has no row. `call` is lease.watch (which also asks for a notification of the
+ * release) or lease.inspect.
+ */
+function FOLLOW(call: string): string {
+  return `, CASE WHEN NOT a.acquired THEN (
+           SELECT pg_catalog.json_build_object('held', i.held, 'remaining_us',
+                    pg_catalog.date_part('epoch', i.expires_at - pg_catalog.clock_timestamp()) * 1000000)
+             FROM ${call} AS i) END AS holder`;
+}
+
 /** @internal */
 export const STATEMENTS = {
-  acquire: statement(
-    'acquire',
-    `SELECT a.acquired, a.epoch::text AS epoch, a.expires_at, ${REMAINING_US('a')}
-       FROM lease.acquire($1, $2, ${MICROSECONDS('$3')}, ${MICROSECONDS('$4')}) AS a`,
+  acquire: statement('acquire', ACQUIRE()),
+  acquireWatching: statement(
+    'acquire_watching',
+    ACQUIRE(FOLLOW(`lease.watch($1, ${MICROSECONDS('$4')})`)),
   ),
+  acquireInspecting: statement('acquire_inspecting', ACQUIRE(FOLLOW('lease.inspect($1)'))),
   renew: statement(
     'renew',
     `SELECT r.status, r.expires_at, ${REMAINING_US('r')}

@@ -226,6 +226,9 @@ CREATE TABLE lease.leases (
     -- it means something only while owner IS NULL.  Added last, as the
     -- update from 0.1.0 adds it, so both give the same table.
     released_at timestamptz,
+    -- Waiters outside a transaction want a release notified until then
+    -- (objects/37-watch.sql).
+    watched_until timestamptz,
     CONSTRAINT leases_pkey PRIMARY KEY (key),
     -- Mirror lease._validate: keys and owners are 1..1000 bytes (§3).  The
     -- API relies on them: a row that matches a key and an owner proves both
@@ -778,12 +781,20 @@ COMMENT ON FUNCTION lease.acquire(text, text, interval, interval) IS
  * lease.acquire after validation.
  *
  * It makes attempts (lease.acquire with wait = 0) until one succeeds or the
- * deadline (start + wait) has passed, sleeping the poll interval (50 ms,
- * less if less remains) between attempts.  Every attempt is a new
- * statement and therefore reads a fresh READ COMMITTED snapshot: it sees a
- * release or a lapse that committed meanwhile.  A failed attempt leaves no
- * row lock behind (see lease.acquire), so waiting never delays the holder's
- * renew and release (§5).
+ * deadline (start + wait) has passed.  Every attempt is a new statement and
+ * therefore reads a fresh READ COMMITTED snapshot: it sees a release or a
+ * lapse that committed meanwhile.  A failed attempt leaves no row lock
+ * behind (see lease.acquire), so waiting never delays the holder's renew
+ * and release (§5).
+ *
+ * Sleeps (§4, §10 Waiting).  After a denied attempt it sleeps until the
+ * first of: the next poll (50 ms), the holder's expiry, the deadline.  A
+ * lapse is therefore taken over at the expiry itself (server time), not up
+ * to a poll interval later.  A release by another session cannot wake a
+ * sleeping backend without C (a notification reaches a session only between
+ * transactions), so releases are seen at the next poll; clients that want
+ * to be woken by a release wait outside any transaction instead (see
+ * lease.watch).
  *
  * An attempt's only waits are heavyweight lock waits (a row lock, or an
  * uncommitted insert of the same key).  lock_timeout caps each at the time
@@ -795,6 +806,29 @@ COMMENT ON FUNCTION lease.acquire(text, text, interval, interval) IS
  * the SET clause only to scope the set_config() calls below: a
  * function-level SET makes PostgreSQL restore the variable when the
  * function exits, so the caller's own lock_timeout is untouched.
+ *
+ * A client that has gone (§10 Waiting) must not be granted anything.  The
+ * backend learns that its client has gone only when it reads from or
+ * writes to the socket, or when client_connection_check_interval makes it
+ * look.  That setting takes effect only when a statement starts: set in a
+ * function's SET clause or by set_config() inside the statement it never
+ * arms (checked on 14 to 18).  So:
+ *   - While it sleeps: with client_connection_check_interval > 0 in the
+ *     caller's session, PostgreSQL checks the connection at that interval
+ *     and ends a backend whose client has gone (FATAL, the transaction
+ *     rolls back).  Otherwise the wait probes by writing to the client, a
+ *     NOTICE after every second of waiting.
+ *   - Between a grant made after sleeping and its commit, in both cases,
+ *     two NOTICEs 2 ms apart: the session's check may be a long interval
+ *     away, and the grant must not go to a client that died meanwhile.
+ * A write to a socket whose peer has gone fails at once for a Unix socket;
+ * over TCP the first write after the peer closed still succeeds and draws a
+ * reset, so the second one fails.  PostgreSQL then ends the backend at the
+ * next interrupt check (pg_sleep checks first), before the grant commits.
+ * client_min_messages is raised to notice for the probes to be sent.
+ * Left open either way, and nothing can close it: a client that goes after
+ * the last check and before the commit is granted the key, which lapses at
+ * its expiry like any dead holder's (FAILURE-MODEL.md).
  *
  * On timeout: SQLSTATE 57014.  statement_timeout raises the same SQLSTATE;
  * the message tells them apart.
@@ -809,13 +843,23 @@ CREATE OR REPLACE FUNCTION lease._acquire_wait(
     VOLATILE
     SET search_path = pg_catalog, pg_temp
     SET lock_timeout = '50ms'
+    SET client_min_messages = notice
     ROWS 1
 AS $function$
 DECLARE
-    c_poll     CONSTANT interval := interval '50 milliseconds';
-    v_deadline CONSTANT timestamptz := pg_catalog.clock_timestamp() + p_wait;
-    v_now      timestamptz;
-    v_locked   boolean;
+    c_poll        CONSTANT interval := interval '50 milliseconds';
+    c_probe_every CONSTANT interval := interval '1 second';
+    v_start       CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_deadline    CONSTANT timestamptz := v_start + p_wait;
+    -- Read before anything in this function changes settings: the
+    -- session's value, in force since the statement started.
+    v_probe       CONSTANT boolean :=
+        pg_catalog.current_setting('client_connection_check_interval') = '0';
+    v_now         timestamptz;
+    v_next_probe  timestamptz := v_start + c_probe_every;
+    v_slept       boolean := false;
+    v_locked      boolean;
+    v_holder_until timestamptz;
 BEGIN
     LOOP
         PERFORM pg_catalog.set_config(
@@ -836,14 +880,39 @@ BEGIN
         END;
 
         IF acquired THEN
+            IF v_slept THEN
+                -- The client may have gone while this call slept: probe
+                -- twice before the grant can commit (see above).
+                RAISE NOTICE 'pg_lease: "%" is free, granting it', p_key;
+                PERFORM pg_catalog.pg_sleep(0.002);
+                RAISE NOTICE 'pg_lease: granted "%" after waiting', p_key;
+                PERFORM pg_catalog.pg_sleep(0);
+            END IF;
             RETURN NEXT;
             RETURN;
         END IF;
 
         v_now := pg_catalog.clock_timestamp();
         EXIT WHEN v_now >= v_deadline;
-        PERFORM pg_catalog.pg_sleep(
-            pg_catalog.date_part('epoch', LEAST(c_poll, v_deadline - v_now)));
+
+        -- Held by another owner: its expiry, as committed now.  Sleep no
+        -- further than that (a lapse is taken at once), and no longer than
+        -- a poll while a transaction keeps the row locked.
+        v_holder_until := NULL;
+        IF NOT v_locked THEN
+            SELECT l.expires_at INTO v_holder_until
+              FROM lease.leases AS l
+             WHERE l.key = p_key COLLATE pg_catalog."C";
+        END IF;
+
+        IF v_probe AND v_now >= v_next_probe THEN
+            RAISE NOTICE 'pg_lease: still waiting for "%"', p_key;
+            v_next_probe := v_now + c_probe_every;
+        END IF;
+
+        PERFORM pg_catalog.pg_sleep(GREATEST(pg_catalog.date_part('epoch',
+            LEAST(c_poll, v_deadline - v_now, v_holder_until - v_now)), 0));
+        v_slept := true;
     END LOOP;
 
     -- The last attempt says why: the key was held by another owner, or its
@@ -865,6 +934,111 @@ END;
 $function$;
 
 REVOKE ALL ON FUNCTION lease._acquire_wait(text, text, interval, interval) FROM PUBLIC;
+
+/*
+ * Waking waiters that wait outside any transaction (§10 Waiting).
+ *
+ * A client that waits for a key LISTENs on channel pg_lease and sleeps
+ * between attempts; a release of the key sends the key as the payload.
+ * NOTIFY is not free: at commit it takes a lock on the database that
+ * serializes every notifying transaction, so a release notifies only when
+ * somebody said it waits.  That mark lives in the key's own row
+ * (watched_until): release reads it from the row it updates anyway, so a
+ * release nobody waits for costs one more expression in its RETURNING list.
+ *
+ * The mark is a time, not a count: "someone waits for a release of this
+ * key until then".  A waiter that dies stops renewing it and it runs out
+ * on its own; until then releases of the key notify for nobody, which
+ * costs the notification and nothing else.  Waiters that cannot be
+ * notified (LISTEN does not work behind a pooler in transaction mode) do
+ * not mark: they poll, and their marks would only make releases pay.
+ */
+
+/*
+ * lease._wake: the notification of a release of p_key, sent when the
+ * releasing transaction commits (and never if it rolls back).  Returns
+ * release's status 'ok': release calls it inside its RETURNING list, only
+ * for a watched key, so that a release nobody waits for runs no statement
+ * more than before (a separate IF cost 2 % of a release in instructions,
+ * npm run bench:instructions).  Anyone may LISTEN on pg_lease, and anyone
+ * may NOTIFY it: a false notification makes a waiter try once more and
+ * sleep again, nothing else.
+ */
+CREATE OR REPLACE FUNCTION lease._wake(p_key text)
+    RETURNS text
+    LANGUAGE sql
+    VOLATILE
+BEGIN ATOMIC
+    SELECT pg_catalog.pg_notify('pg_lease', p_key);
+    SELECT 'ok'::text;
+END;
+
+REVOKE ALL ON FUNCTION lease._wake(text) FROM PUBLIC;
+
+/*
+ * lease.watch(key, wait): "I wait for key for up to wait; tell me when it is
+ * released", then inspect's view of the key.
+ *
+ * While the key is held it makes sure the key's mark lasts at least until
+ * server time + wait: the row is written only when the mark would end
+ * before half of that, so many waiters of one key share one write.  A key
+ * not held is not marked (the caller should try to acquire it now).
+ *
+ * No lost wake-up: the mark is written to the key's row, which a release
+ * updates too, so the two serialize on the row lock.  A release that
+ * commits before the mark does is seen here (the key is not held: no mark,
+ * and the result says so); one that comes after reads the mark and
+ * notifies.  The caller LISTENs before calling this and tries to acquire
+ * after a notification, or when the holder's expiry comes.
+ *
+ * The write keeps the key's row locked until the caller's transaction
+ * ends, which delays the holder's renew and release that long: call it
+ * outside an explicit transaction, as the client does.
+ */
+CREATE OR REPLACE FUNCTION lease.watch(
+    p_key  text,
+    p_wait interval)
+    RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+DECLARE
+    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM lease._validate('acquire'::text, p_key, 'watch'::text, NULL::bigint,
+                            interval '1 second', p_wait);
+
+    -- §10 Waiting: mark a held key, at most once per half mark.
+    UPDATE lease.leases AS l
+       SET watched_until = v_now + p_wait
+     WHERE l.key = p_key COLLATE pg_catalog."C"
+       AND l.owner IS NOT NULL
+       AND l.expires_at > v_now
+       AND (l.watched_until IS NULL OR l.watched_until < v_now + p_wait / 2);
+
+    -- inspect's view (§4 inspect), read after the mark.
+    SELECT l.owner, l.epoch, l.expires_at
+      INTO owner, epoch, expires_at
+      FROM lease.leases AS l
+     WHERE l.key = p_key COLLATE pg_catalog."C";
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    held := owner IS NOT NULL AND pg_catalog.clock_timestamp() < expires_at;
+    IF NOT held THEN
+        owner := NULL;
+        expires_at := NULL;
+    END IF;
+    RETURN NEXT;
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.watch(text, interval) IS
+    'watch(key, wait): while key is held, have its releases notify channel pg_lease (payload: the key) for at least wait; '
+    'returns what inspect(key) returns. For waiting outside a transaction: LISTEN pg_lease, watch, sleep until notified or the expiry, acquire';
 
 /*
  * lease._refusal: why a renew or release did not match (§4 renew).
@@ -1074,7 +1248,10 @@ BEGIN
            AND l.owner = p_owner COLLATE pg_catalog."C"
            AND l.epoch = p_epoch
            AND l.expires_at > v_now + c_margin
-        RETURNING 'ok', pg_catalog.clock_timestamp() INTO status, v_locked;
+        -- §10 Waiting: notify only when someone waits (37-watch.sql).
+        RETURNING CASE WHEN l.watched_until > v_now THEN lease._wake(p_key) ELSE 'ok' END,
+                  pg_catalog.clock_timestamp()
+             INTO status, v_locked;
         IF FOUND THEN
             IF v_locked < v_now + c_margin THEN
                 RETURN NEXT;
@@ -1104,7 +1281,8 @@ BEGIN
                    expires_at = NULL,
                    released_at = v_now
              WHERE l.key = p_key COLLATE pg_catalog."C"
-            RETURNING 'ok' INTO status;
+            RETURNING CASE WHEN l.watched_until > v_now THEN lease._wake(p_key) ELSE 'ok' END
+                 INTO status;
             RETURN NEXT;
             RETURN;
         END IF;
@@ -1854,7 +2032,9 @@ BEGIN
                AND l.owner = p_owner COLLATE pg_catalog."C"
                AND l.epoch = i.e
                AND l.expires_at > v_checked
-            RETURNING l.key, NULL::timestamptz AS expires_at
+            -- Notify only when someone waits, as release does (37-watch.sql).
+            RETURNING l.key, NULL::timestamptz AS expires_at,
+                      CASE WHEN l.watched_until > v_now THEN lease._wake(l.key) END AS woke
         ), written AS (
             SELECT w.key, w.expires_at FROM renewed AS w
             UNION ALL
@@ -2337,6 +2517,11 @@ DECLARE
     v_role   text;
 BEGIN
     IF v_owner IS NULL OR (TG_OP = 'UPDATE' AND NEW.owner IS NULL AND OLD.owner IS NULL) THEN
+        RETURN NEW;
+    END IF;
+    -- lease.watch marks a key for a waiter: the grant itself is untouched.
+    IF TG_OP = 'UPDATE' AND NEW.owner = OLD.owner AND NEW.epoch = OLD.epoch
+       AND NEW.expires_at = OLD.expires_at THEN
         RETURN NEW;
     END IF;
     v_role := pg_catalog.split_part(v_owner, '/', 1);

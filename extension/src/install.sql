@@ -19,6 +19,9 @@ CREATE TABLE lease.leases (
     -- it means something only while owner IS NULL.  Added last, as the
     -- update from 0.1.0 adds it, so both give the same table.
     released_at timestamptz,
+    -- Waiters outside a transaction want a release notified until then
+    -- (objects/37-watch.sql).
+    watched_until timestamptz,
     CONSTRAINT leases_pkey PRIMARY KEY (key),
     -- Mirror lease._validate: keys and owners are 1..1000 bytes (§3).  The
     -- API relies on them: a row that matches a key and an owner proves both

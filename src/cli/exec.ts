@@ -7,13 +7,16 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { LeaseClient } from '../client.js';
-import { LeaseInvalidInputError, LeaseTimeoutError } from '../errors.js';
+import { LeaseAbortedError, LeaseInvalidInputError, LeaseTimeoutError } from '../errors.js';
 import { checkDuration } from '../validation.js';
 import { connectionString, parseCommand, required, warn } from './common.js';
 import { commandHelp } from './help.js';
 import { EXIT, UsageError } from './exit-codes.js';
 
-/** Signals passed on to the command; the terminal's SIGINT also reaches it directly. */
+/**
+ * Signals passed on to the command's process group. The group is not the terminal's foreground
+ * group, so the terminal's Ctrl-C reaches the command only this way.
+ */
 const FORWARDED_SIGNALS: NodeJS.Signals[] = [
   'SIGHUP',
   'SIGINT',
@@ -46,21 +49,43 @@ export async function execCommand(args: string[]): Promise<number> {
   const graceMs = graceMilliseconds(values.grace ?? DEFAULT_GRACE);
   const verbose = values.verbose;
 
+  // One handler for the whole run, installed before anything can be signalled: while waiting
+  // a signal stops the wait (nothing is acquired); once the command is started it is passed on
+  // to the command's group (also when it arrives between the spawn and the first await).
+  const stopWaiting = new AbortController();
+  let forward: ((signal: NodeJS.Signals) => void) | undefined;
+  const pending: NodeJS.Signals[] = [];
+  let acquired = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (forward) forward(signal);
+    else if (stopWaiting.signal.aborted || acquired) pending.push(signal);
+    else stopWaiting.abort(signal);
+  };
+  for (const signal of FORWARDED_SIGNALS) process.on(signal, onSignal);
+
   const client = new LeaseClient(connectionString(values));
   try {
     let lease;
+    if (verbose && values.wait !== undefined) warn(`waiting up to ${values.wait} for ${key}`);
     try {
       lease = await client.acquire(key, {
         ttl,
         keepAlive: true,
+        signal: stopWaiting.signal,
         ...(values.wait === undefined ? {} : { wait: values.wait }),
         ...(values.owner === undefined ? {} : { owner: values.owner }),
       });
     } catch (error) {
+      if (error instanceof LeaseAbortedError) {
+        const signal = stopWaiting.signal.reason as NodeJS.Signals;
+        warn(`not acquired: ${signal} stopped the wait for ${key}`);
+        return 128 + (os.constants.signals[signal] ?? 0);
+      }
       if (!(error instanceof LeaseTimeoutError)) throw error;
       warn(`not acquired: ${key} was still held when --wait ran out`);
       return EXIT.NOT_ACQUIRED;
     }
+    acquired = true;
     if (!lease) {
       warn(`not acquired: ${key} is held by another owner`);
       return EXIT.NOT_ACQUIRED;
@@ -73,8 +98,11 @@ export async function execCommand(args: string[]): Promise<number> {
       return EXIT.LOST;
     }
 
+    // detached: the command leads a process group (and session) of its own, so that loss and
+    // forwarded signals reach everything it started, not only its first process.
     const child = spawn(command[0]!, command.slice(1), {
       stdio: 'inherit',
+      detached: true,
       env: {
         ...process.env,
         PG_LEASE_KEY: lease.key,
@@ -89,11 +117,18 @@ export async function execCommand(args: string[]): Promise<number> {
       },
     );
 
-    const forward = (signal: NodeJS.Signals) => {
-      if (verbose) warn(`passing ${signal} on to the command`);
-      child.kill(signal);
+    const signalGroup = (signal: NodeJS.Signals) => {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, signal);
+      } catch {
+        // the group is gone
+      }
     };
-    for (const signal of FORWARDED_SIGNALS) process.on(signal, forward);
+    forward = (signal: NodeJS.Signals) => {
+      if (verbose) warn(`passing ${signal} on to the command`);
+      signalGroup(signal);
+    };
+    for (const signal of pending.splice(0)) forward(signal);
 
     let killTimer: NodeJS.Timeout | undefined;
     const onLoss = () => {
@@ -102,8 +137,8 @@ export async function execCommand(args: string[]): Promise<number> {
       warn(
         `${describeLoss(lost)}; stopping the command (SIGTERM, SIGKILL after ${values.grace ?? DEFAULT_GRACE})`,
       );
-      child.kill('SIGTERM');
-      killTimer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+      signalGroup('SIGTERM');
+      killTimer = setTimeout(() => signalGroup('SIGKILL'), graceMs);
     };
     lease.signal.addEventListener('abort', onLoss, { once: true });
 
@@ -121,7 +156,9 @@ export async function execCommand(args: string[]): Promise<number> {
     } finally {
       clearTimeout(killTimer);
       lease.signal.removeEventListener('abort', onLoss);
-      for (const signal of FORWARDED_SIGNALS) process.off(signal, forward);
+      forward = () => undefined;
+      // Nothing the command started may go on once the lease is released.
+      signalGroup('SIGTERM');
       await lease.release().then(
         (status) => {
           if (verbose || (status !== 'ok' && !lease.lost)) warn(`released ${key}: ${status}`);
@@ -134,6 +171,7 @@ export async function execCommand(args: string[]): Promise<number> {
     if (outcome.signal) return 128 + (os.constants.signals[outcome.signal] ?? 0);
     return outcome.code ?? EXIT.FAILURE;
   } finally {
+    for (const signal of FORWARDED_SIGNALS) process.off(signal, onSignal);
     await client.end();
   }
 }

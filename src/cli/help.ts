@@ -88,13 +88,17 @@ lease.purge: the role that created the extension has it and may grant it.`,
     name: 'exec',
     synopsis: '--key K --ttl D [--wait D] [--owner O] [--grace D] [--verbose] -- command [args...]',
     summary: 'run a command while holding a lease',
-    description: `Runs the command while holding the lease on K, renewing it every ttl/3. The command gets
-PG_LEASE_KEY, PG_LEASE_OWNER and PG_LEASE_EPOCH (the fencing epoch) in its environment.
-Signals sent to pg-lease (HUP, INT, QUIT, TERM, USR1, USR2) are passed on to the command.
-If the lease is lost, the command gets SIGTERM, and SIGKILL after --grace (default 10s).
-The lease is released when the command exits.`,
+    description: `Runs the command while holding the lease on K, renewing it every ttl/3. With --wait it
+first waits up to D for the key, outside any transaction, woken by the holder's release or
+at its expiry; a signal (INT, TERM, HUP, QUIT, USR1, USR2) during the wait stops it with
+nothing acquired. The command gets PG_LEASE_KEY, PG_LEASE_OWNER and PG_LEASE_EPOCH (the
+fencing epoch) in its environment, and runs in a process group of its own: signals sent to
+pg-lease are passed on to the whole group. If the lease is lost, the group gets SIGTERM,
+and SIGKILL after --grace (default 10s). When the command exits, what is left of its group
+gets SIGTERM and the lease is released. In a loop, exec --wait is the leader pattern.`,
     exit: `the command's own (128 + N if signal N ended it); 75 not acquired; 76 lease lost while
-the command ran; 126/127 the command could not be run / was not found.`,
+the command ran; 128 + N signal N stopped --wait; 126/127 the command could not be run /
+was not found.`,
   },
   {
     name: 'install',

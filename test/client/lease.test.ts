@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import {
@@ -9,7 +10,7 @@ import {
   type Lease,
 } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { uniqueKey, waitFor } from '../support/helpers.js';
+import { uniqueKey } from '../support/helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;
@@ -321,25 +322,33 @@ describe('connections and transactions', () => {
     }
   });
 
-  test("a blocking acquire holds one pool connection while the holder's renew and release use another", async () => {
+  test("waiting acquires hold no pool connection but the shared listening one: the holder's calls go through", async () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 2 });
     pool.on('error', () => undefined);
+    const small = new LeaseClient(pool);
     try {
-      const small = new LeaseClient(pool);
-      const key = uniqueKey();
-      const holder = (await small.acquire(key, { ttl: '30s', owner: 'holder' }))!;
-      const waiting = small.acquire(key, { ttl: '30s', owner: 'waiter', wait: '20s' });
-      waiting.catch(() => undefined); // awaited below; a failed assertion must not leave it unhandled
-      await waitFor('the waiter holds its connection', () => pool.idleCount === 0);
-      assert.equal(pool.totalCount, 1);
-      await holder.renew();
-      assert.equal(pool.totalCount, 2);
-      assert.equal(await holder.release(), 'ok');
-      const taken = await waiting;
-      assert.equal(taken?.owner, 'waiter');
-      assert.equal(taken?.epoch, holder.epoch + 2n);
-      await taken?.release();
+      const keys = [uniqueKey(), uniqueKey()];
+      const holders = await Promise.all(
+        keys.map(async (key) => (await small.acquire(key, { ttl: '30s', owner: 'holder' }))!),
+      );
+      // Two waits on a pool of two: a wait that kept its connection would leave none free.
+      const waits = keys.map((key) =>
+        small.acquire(key, { ttl: '30s', owner: 'waiter', wait: '20s' }),
+      );
+      for (const wait of waits) wait.catch(() => undefined);
+      await sleep(500);
+      const started = performance.now();
+      for (const holder of holders) await holder.renew();
+      assert.ok(performance.now() - started < 10_000, 'the renewals waited for the waiters');
+      for (const holder of holders) assert.equal(await holder.release(), 'ok');
+      for (const [n, wait] of waits.entries()) {
+        const taken = await wait;
+        assert.equal(taken?.owner, 'waiter');
+        assert.equal(taken?.epoch, holders[n]!.epoch + 2n);
+        await taken?.release();
+      }
     } finally {
+      await small.end();
       await pool.end();
     }
   });

@@ -23,6 +23,7 @@ const API = [
   'lease.acquire_many(text[],text,interval)',
   'lease.renew_many(text[],text,bigint[],interval)',
   'lease.release_many(text[],text,bigint[])',
+  'lease.watch(text,interval)',
 ];
 
 let db: TestDatabase;

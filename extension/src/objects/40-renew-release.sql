@@ -206,7 +206,10 @@ BEGIN
            AND l.owner = p_owner COLLATE pg_catalog."C"
            AND l.epoch = p_epoch
            AND l.expires_at > v_now + c_margin
-        RETURNING 'ok', pg_catalog.clock_timestamp() INTO status, v_locked;
+        -- §10 Waiting: notify only when someone waits (37-watch.sql).
+        RETURNING CASE WHEN l.watched_until > v_now THEN lease._wake(p_key) ELSE 'ok' END,
+                  pg_catalog.clock_timestamp()
+             INTO status, v_locked;
         IF FOUND THEN
             IF v_locked < v_now + c_margin THEN
                 RETURN NEXT;
@@ -236,7 +239,8 @@ BEGIN
                    expires_at = NULL,
                    released_at = v_now
              WHERE l.key = p_key COLLATE pg_catalog."C"
-            RETURNING 'ok' INTO status;
+            RETURNING CASE WHEN l.watched_until > v_now THEN lease._wake(p_key) ELSE 'ok' END
+                 INTO status;
             RETURN NEXT;
             RETURN;
         END IF;

@@ -456,7 +456,9 @@ BEGIN
                AND l.owner = p_owner COLLATE pg_catalog."C"
                AND l.epoch = i.e
                AND l.expires_at > v_checked
-            RETURNING l.key, NULL::timestamptz AS expires_at
+            -- Notify only when someone waits, as release does (37-watch.sql).
+            RETURNING l.key, NULL::timestamptz AS expires_at,
+                      CASE WHEN l.watched_until > v_now THEN lease._wake(l.key) END AS woke
         ), written AS (
             SELECT w.key, w.expires_at FROM renewed AS w
             UNION ALL

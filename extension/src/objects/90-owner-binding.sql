@@ -35,6 +35,11 @@ BEGIN
     IF v_owner IS NULL OR (TG_OP = 'UPDATE' AND NEW.owner IS NULL AND OLD.owner IS NULL) THEN
         RETURN NEW;
     END IF;
+    -- lease.watch marks a key for a waiter: the grant itself is untouched.
+    IF TG_OP = 'UPDATE' AND NEW.owner = OLD.owner AND NEW.epoch = OLD.epoch
+       AND NEW.expires_at = OLD.expires_at THEN
+        RETURN NEW;
+    END IF;
     v_role := pg_catalog.split_part(v_owner, '/', 1);
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_role)
        OR NOT pg_catalog.pg_has_role(v_caller, v_role, 'USAGE') THEN

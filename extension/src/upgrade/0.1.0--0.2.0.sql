@@ -21,3 +21,7 @@ CREATE TABLE lease.epoch_floor (
     CONSTRAINT epoch_floor_not_negative CHECK (epoch >= 0)
 );
 INSERT INTO lease.epoch_floor DEFAULT VALUES;
+
+-- §10 Waiting: the mark of keys that waiters outside a transaction watch
+-- (objects/37-watch.sql).  A new, NULL column: no rewrite of the table.
+ALTER TABLE lease.leases ADD COLUMN watched_until timestamptz;

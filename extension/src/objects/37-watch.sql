@@ -1,0 +1,104 @@
+/*
+ * Waking waiters that wait outside any transaction (§10 Waiting).
+ *
+ * A client that waits for a key LISTENs on channel pg_lease and sleeps
+ * between attempts; a release of the key sends the key as the payload.
+ * NOTIFY is not free: at commit it takes a lock on the database that
+ * serializes every notifying transaction, so a release notifies only when
+ * somebody said it waits.  That mark lives in the key's own row
+ * (watched_until): release reads it from the row it updates anyway, so a
+ * release nobody waits for costs one more expression in its RETURNING list.
+ *
+ * The mark is a time, not a count: "someone waits for a release of this
+ * key until then".  A waiter that dies stops renewing it and it runs out
+ * on its own; until then releases of the key notify for nobody, which
+ * costs the notification and nothing else.  Waiters that cannot be
+ * notified (LISTEN does not work behind a pooler in transaction mode) do
+ * not mark: they poll, and their marks would only make releases pay.
+ */
+
+/*
+ * lease._wake: the notification of a release of p_key, sent when the
+ * releasing transaction commits (and never if it rolls back).  Returns
+ * release's status 'ok': release calls it inside its RETURNING list, only
+ * for a watched key, so that a release nobody waits for runs no statement
+ * more than before (a separate IF cost 2 % of a release in instructions,
+ * npm run bench:instructions).  Anyone may LISTEN on pg_lease, and anyone
+ * may NOTIFY it: a false notification makes a waiter try once more and
+ * sleep again, nothing else.
+ */
+CREATE OR REPLACE FUNCTION lease._wake(p_key text)
+    RETURNS text
+    LANGUAGE sql
+    VOLATILE
+BEGIN ATOMIC
+    SELECT pg_catalog.pg_notify('pg_lease', p_key);
+    SELECT 'ok'::text;
+END;
+
+REVOKE ALL ON FUNCTION lease._wake(text) FROM PUBLIC;
+
+/*
+ * lease.watch(key, wait): "I wait for key for up to wait; tell me when it is
+ * released", then inspect's view of the key.
+ *
+ * While the key is held it makes sure the key's mark lasts at least until
+ * server time + wait: the row is written only when the mark would end
+ * before half of that, so many waiters of one key share one write.  A key
+ * not held is not marked (the caller should try to acquire it now).
+ *
+ * No lost wake-up: the mark is written to the key's row, which a release
+ * updates too, so the two serialize on the row lock.  A release that
+ * commits before the mark does is seen here (the key is not held: no mark,
+ * and the result says so); one that comes after reads the mark and
+ * notifies.  The caller LISTENs before calling this and tries to acquire
+ * after a notification, or when the holder's expiry comes.
+ *
+ * The write keeps the key's row locked until the caller's transaction
+ * ends, which delays the holder's renew and release that long: call it
+ * outside an explicit transaction, as the client does.
+ */
+CREATE OR REPLACE FUNCTION lease.watch(
+    p_key  text,
+    p_wait interval)
+    RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+DECLARE
+    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM lease._validate('acquire'::text, p_key, 'watch'::text, NULL::bigint,
+                            interval '1 second', p_wait);
+
+    -- §10 Waiting: mark a held key, at most once per half mark.
+    UPDATE lease.leases AS l
+       SET watched_until = v_now + p_wait
+     WHERE l.key = p_key COLLATE pg_catalog."C"
+       AND l.owner IS NOT NULL
+       AND l.expires_at > v_now
+       AND (l.watched_until IS NULL OR l.watched_until < v_now + p_wait / 2);
+
+    -- inspect's view (§4 inspect), read after the mark.
+    SELECT l.owner, l.epoch, l.expires_at
+      INTO owner, epoch, expires_at
+      FROM lease.leases AS l
+     WHERE l.key = p_key COLLATE pg_catalog."C";
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    held := owner IS NOT NULL AND pg_catalog.clock_timestamp() < expires_at;
+    IF NOT held THEN
+        owner := NULL;
+        expires_at := NULL;
+    END IF;
+    RETURN NEXT;
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.watch(text, interval) IS
+    'watch(key, wait): while key is held, have its releases notify channel pg_lease (payload: the key) for at least wait; '
+    'returns what inspect(key) returns. For waiting outside a transaction: LISTEN pg_lease, watch, sleep until notified or the expiry, acquire';

@@ -1,0 +1,633 @@
+/**
+ * Waiting for a key without a transaction.
+ *
+ * A waiting acquire is a loop of non-blocking attempts, each its own short statement on a pooled
+ * connection, with sleeps in between that end at the first of:
+ * - a notification that the key was released (LISTEN on channel `pg_lease`, one listening
+ *   connection per client, shared by every waiter);
+ * - the holder's expiry, from the time left that the server measured (never the client's clock);
+ * - the caller's `signal` aborting, or the wait's deadline;
+ * - without notifications, the poll interval.
+ *
+ * No lost wake-up: the listening connection has run LISTEN before a waiter asks the server to
+ * notify it (`lease.watch`, in the same statement as the denied attempt), and a release reads
+ * that request from the key's own row, serialized with it by the row lock (see
+ * extension/src/objects/37-watch.sql). A notification that arrives while an attempt is out is
+ * remembered, so the waiter tries again instead of sleeping.
+ *
+ * Within one client, waiters of the same key take turns in arrival order: only the first one
+ * listens and tries, so a release wakes one attempt per client instead of a herd.
+ */
+import { randomUUID } from 'node:crypto';
+import * as net from 'node:net';
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+import { durationMicroseconds, type Duration } from './duration.js';
+import type { LeaseState } from './client.js';
+import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
+
+/** The channel releases notify on; the payload is the key. */
+export const NOTIFY_CHANNEL = 'pg_lease';
+
+const DEFAULT_POLL_MS = 50;
+/** How long one `lease.watch` asks for notifications; waiters refresh it at half. */
+const WATCH_MS = 60_000;
+/** How long `notifications: 'auto'` waits for its probe notification to come back. */
+const PROBE_TIMEOUT_MS = 2_000;
+/** How long the listening connection stays after its last waiter, for the next one. */
+const LINGER_MS = 2_000;
+/** Longest delay Node's timers accept. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * How waiters of a {@link LeaseClient} learn that a key was released.
+ *
+ * @example
+ * import { LeaseClient } from 'pg-lease';
+ * // Behind PgBouncer in transaction mode, where LISTEN does not work:
+ * const client = new LeaseClient(pool, { notifications: false, pollInterval: 100 });
+ */
+export interface WaitingOptions {
+  /**
+   * `'auto'` (default): LISTEN on one connection of the pool, after checking once that a
+   * notification sent through the pool comes back on it; if none does within 2 s (a pooler in
+   * transaction mode), poll instead. `true`: LISTEN without that check. `false`: poll. A client
+   * made on a single `pg.Client` always polls (its one connection runs the attempts).
+   */
+  notifications?: boolean | 'auto';
+  /**
+   * Time between attempts when not notified (default 50 ms). With notifications, waiters still
+   * wake at the holder's expiry, so a lapse is taken over at once in both modes.
+   */
+  pollInterval?: Duration;
+}
+
+/** What the server said about the key after a denied attempt. @internal */
+export interface HolderState {
+  /** The key has a row (was ever granted). */
+  found: boolean;
+  held: boolean;
+  /** Time left on the holder's grant as the server measured it, in milliseconds. */
+  remainingMs: number | null;
+}
+
+/** One attempt as the client made it. @internal */
+export interface AttemptResult<L> {
+  lease: L | null;
+  /** Present for a denied attempt made with a `follow` request. */
+  holder: HolderState | undefined;
+  /** Monotonic time just before the attempt was sent. */
+  sentAt: number;
+  /** Monotonic time its answer arrived. */
+  receivedAt: number;
+}
+
+/** What a denied attempt should also do: watch the key (mark it) or only inspect it. @internal */
+export type Follow = { watchMicroseconds: number } | { inspect: true };
+
+/**
+ * One non-blocking attempt, cancelled on the server when `signal` aborts; without `follow` a
+ * plain acquire. @internal
+ */
+export type Attempt<L> = (
+  follow: Follow | undefined,
+  signal: AbortSignal,
+) => Promise<AttemptResult<L>>;
+
+interface Releasable {
+  release(): Promise<unknown>;
+}
+
+/**
+ * The waiting machinery of one client: the listening connection and the per-key queues.
+ * @internal
+ */
+export class Waiting {
+  readonly #db: pg.Pool | pg.ClientBase;
+  readonly #notifier: Notifier;
+  readonly #pollMs: number;
+  readonly #queues = new Map<string, Promise<void>>();
+
+  constructor(db: pg.Pool | pg.ClientBase, options: WaitingOptions) {
+    this.#db = db;
+    const mode = options.notifications ?? 'auto';
+    this.#notifier = new Notifier(isPool(db) ? db : undefined, mode);
+    const poll =
+      options.pollInterval === undefined ? undefined : durationMicroseconds(options.pollInterval);
+    if (poll !== undefined && !(poll > 0))
+      throw new RangeError('pg_lease: pollInterval must be a positive finite duration');
+    this.#pollMs = poll === undefined ? DEFAULT_POLL_MS : poll / 1000;
+  }
+
+  /** Whether waiters are notified of releases (`undefined` until the first wait decided it). */
+  get notifying(): boolean | undefined {
+    return this.#notifier.verdict;
+  }
+
+  /**
+   * Waits for `key` until `waitMs` has passed: resolves with the lease, rejects with
+   * {@link LeaseTimeoutError} at the deadline or {@link LeaseAbortedError} when `signal` aborts.
+   */
+  async wait<L extends Releasable>(
+    key: string,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+    attempt: Attempt<L>,
+  ): Promise<L> {
+    const started = performance.now();
+    const deadline = started + waitMs;
+    const stop = new Stop(deadline, signal);
+    let leave!: () => void;
+    const mine = new Promise<void>((resolve) => (leave = resolve));
+    const before = this.#queues.get(key) ?? Promise.resolve();
+    const turn = before.then(() => mine);
+    this.#queues.set(key, turn);
+    try {
+      await stop.race(before);
+      return await this.#cycle(key, deadline, waitMs, stop, attempt);
+    } catch (error) {
+      throw stop.translate(error, key, waitMs);
+    } finally {
+      stop.dispose();
+      leave();
+      if (this.#queues.get(key) === turn) this.#queues.delete(key);
+    }
+  }
+
+  async #cycle<L extends Releasable>(
+    key: string,
+    deadline: number,
+    waitMs: number,
+    stop: Stop,
+    attempt: Attempt<L>,
+  ): Promise<L> {
+    const subscription = this.#notifier.subscribe(key);
+    // LISTEN (and, the first time, the check that notifications come back) runs while the
+    // first attempt, a plain acquire, is out: a free key is granted without waiting for it.
+    const firstListen = this.#notifier.listen();
+    firstListen.catch(() => undefined);
+    let first = true;
+    let locked = false;
+    try {
+      for (;;) {
+        stop.check();
+        const listening = first ? false : await stop.race(this.#notifier.listen());
+        const seen = subscription.generation;
+        const watchMs = Math.min(deadline - performance.now() + 1_000, WATCH_MS);
+        const follow: Follow | undefined = first
+          ? undefined
+          : listening
+            ? { watchMicroseconds: Math.max(1, Math.round(watchMs * 1000)) }
+            : { inspect: true };
+        let result: AttemptResult<L>;
+        try {
+          result = await attempt(follow, stop.signal);
+          locked = false;
+        } catch (error) {
+          if (!stop.signal.aborted) throw error;
+          // Cancelled by the deadline: another transaction kept the key's row locked.
+          locked = stop.timedOut;
+          throw error;
+        }
+        if (result.lease) {
+          if (stop.signal.aborted && !stop.timedOut) {
+            // Granted while the caller gave up: give it back, then report the abort.
+            await result.lease.release().catch(() => undefined);
+            stop.check();
+          }
+          return result.lease;
+        }
+        const now = performance.now();
+        if (now >= deadline) throw stop.timeout(key, waitMs, false);
+        if (first) {
+          // Denied: from now on every attempt also watches (or inspects) the key.
+          first = false;
+          await stop.race(firstListen);
+          continue;
+        }
+
+        let until = deadline;
+        if (!listening) until = Math.min(until, now + this.#pollMs);
+        else until = Math.min(until, result.sentAt + watchMs / 2);
+        const holder = result.holder;
+        if (holder && (!holder.found || !holder.held)) continue; // freed meanwhile: try now
+        // The server measured the time left while it answered: somewhere between the send and
+        // the answer. Aim at the middle; an attempt that arrives early is denied and tells
+        // how little is left, one round trip more.
+        if (holder?.remainingMs != null)
+          until = Math.min(
+            until,
+            (result.sentAt + result.receivedAt) / 2 + Math.max(0, holder.remainingMs),
+          );
+        await stop.sleepUntil(until, subscription.changed(seen));
+      }
+    } catch (error) {
+      if (locked) throw stop.timeout(key, waitMs, true);
+      throw error;
+    } finally {
+      subscription.close();
+    }
+  }
+
+  /**
+   * The key's state now and after every change (held or not, owner, epoch), until `signal`
+   * aborts. Sleeps like a waiter: until a notification for the key, the holder's expiry, or
+   * (without notifications, or while nobody holds the key and no notification came) the poll
+   * interval.
+   */
+  async *observe(key: string, signal: AbortSignal | undefined): AsyncGenerator<LeaseState | null> {
+    const subscription = this.#notifier.subscribe(key);
+    const stop = new Stop(Infinity, signal);
+    let last: string | undefined;
+    try {
+      for (;;) {
+        const listening = await stop.race(this.#notifier.listen());
+        const seen = subscription.generation;
+        const sentAt = performance.now();
+        const call = listening
+          ? `lease.watch($1, ${WATCH_MS} * interval '1 millisecond')`
+          : 'lease.inspect($1)';
+        const rows = await stop.race(
+          this.#run<{
+            held: boolean;
+            owner: string | null;
+            epoch: string;
+            expires_at: Date | null;
+            remaining_us: number | null;
+          }>(
+            `SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at,
+                    pg_catalog.date_part('epoch', i.expires_at - pg_catalog.clock_timestamp()) * 1000000 AS remaining_us
+               FROM ${call} AS i`,
+            [key],
+          ),
+        );
+        const receivedAt = performance.now();
+        const row = rows[0];
+        const state: LeaseState | null = row
+          ? {
+              held: row.held,
+              owner: row.owner,
+              epoch: BigInt(row.epoch),
+              expiresAt: row.expires_at,
+            }
+          : null;
+        const fingerprint = state ? `${state.held}|${state.owner}|${state.epoch}` : 'none';
+        if (fingerprint !== last) {
+          last = fingerprint;
+          yield state;
+        }
+        let until = listening ? sentAt + WATCH_MS / 2 : receivedAt + this.#pollMs;
+        if (state?.held && row!.remaining_us !== null)
+          until = Math.min(until, receivedAt + Math.max(0, row!.remaining_us));
+        else until = Math.min(until, receivedAt + this.#pollMs);
+        await stop.sleepUntil(until, subscription.changed(seen));
+      }
+    } catch (error) {
+      if (error instanceof StopSignal) return;
+      throw error;
+    } finally {
+      stop.dispose();
+      subscription.close();
+    }
+  }
+
+  /** Notifies everyone waiting for or observing `key` (a new holder announcing itself). */
+  async announce(key: string): Promise<void> {
+    await this.#run('SELECT pg_catalog.pg_notify($1, $2)', [NOTIFY_CHANNEL, key]);
+  }
+
+  async #run<R extends pg.QueryResultRow>(text: string, values: unknown[]): Promise<R[]> {
+    return (await this.#db.query<R>(text, values)).rows;
+  }
+
+  /** Stops listening and gives the connection back. */
+  async close(): Promise<void> {
+    await this.#notifier.close();
+  }
+}
+
+/** The end of one wait: the caller's signal or the deadline, whichever comes first. */
+class Stop {
+  readonly #controller = new AbortController();
+  readonly #signal: AbortSignal | undefined;
+  #timer: NodeJS.Timeout;
+  readonly #onAbort = () => this.#controller.abort(this.#signal?.reason);
+  timedOut = false;
+
+  constructor(deadline: number, signal: AbortSignal | undefined) {
+    this.#signal = signal;
+    if (signal?.aborted) this.#controller.abort(signal.reason);
+    signal?.addEventListener('abort', this.#onAbort, { once: true });
+    const delay = Math.max(0, Math.ceil(deadline - performance.now()));
+    this.#timer = setTimeout(
+      () => {
+        if (performance.now() < deadline) return this.#rearm(deadline);
+        this.timedOut = true;
+        this.#controller.abort(new Error('deadline'));
+      },
+      Math.min(delay, MAX_TIMER_MS),
+    );
+  }
+
+  #rearm(deadline: number): void {
+    clearTimeout(this.#timer);
+    this.#timer = setTimeout(
+      () => {
+        if (performance.now() < deadline) return this.#rearm(deadline);
+        this.timedOut = true;
+        this.#controller.abort(new Error('deadline'));
+      },
+      Math.min(Math.max(0, Math.ceil(deadline - performance.now())), MAX_TIMER_MS),
+    );
+  }
+
+  /** Aborts at the deadline or when the caller's signal aborts. */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** Throws when the caller aborted (the deadline is reported by the caller). */
+  check(): void {
+    if (this.#signal?.aborted) throw new StopSignal();
+    if (this.#controller.signal.aborted) throw new StopSignal();
+  }
+
+  /** `promise`, or a rejection as soon as the wait ends. */
+  race<T>(promise: Promise<T>): Promise<T> {
+    if (this.#controller.signal.aborted) return Promise.reject(new StopSignal());
+    return new Promise<T>((resolve, reject) => {
+      const onStop = () => reject(new StopSignal());
+      this.#controller.signal.addEventListener('abort', onStop, { once: true });
+      promise.then(
+        (value) => {
+          this.#controller.signal.removeEventListener('abort', onStop);
+          resolve(value);
+        },
+        (error: unknown) => {
+          this.#controller.signal.removeEventListener('abort', onStop);
+          reject(error instanceof Error ? error : new Error(String(error)));
+        },
+      );
+    });
+  }
+
+  /** Sleeps until `until` (monotonic) or `wake` resolves; rejects when the wait ends. */
+  async sleepUntil(until: number, wake: Promise<void>): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const delay = until - performance.now();
+    if (delay <= 0) return;
+    try {
+      await this.race(
+        Promise.race([wake, new Promise<void>((resolve) => (timer = setTimeout(resolve, delay)))]),
+      );
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  timeout(key: string, waitMs: number, locked: boolean): LeaseTimeoutError {
+    const quoted = `"${key.replaceAll('"', '""')}"`;
+    return new LeaseTimeoutError(key, {
+      detail: locked
+        ? `key ${quoted} was still locked by another transaction after waiting ${waitMs} ms`
+        : `key ${quoted} was still held after waiting ${waitMs} ms`,
+    });
+  }
+
+  /** The error a wait ends with: abort and deadline as the client's own errors. */
+  translate(error: unknown, key: string, waitMs: number): unknown {
+    if (error instanceof LeaseTimeoutError || error instanceof LeaseAbortedError) return error;
+    if (this.#signal?.aborted)
+      return new LeaseAbortedError(key, { cause: this.#signal.reason as unknown });
+    if (this.timedOut) return this.timeout(key, waitMs, false);
+    return error;
+  }
+
+  dispose(): void {
+    clearTimeout(this.#timer);
+    this.#signal?.removeEventListener('abort', this.#onAbort);
+  }
+}
+
+/** Internal marker: the wait ended (abort or deadline); translated by {@link Stop.translate}. */
+class StopSignal extends Error {
+  override name = 'StopSignal';
+}
+
+/** One waiter's interest in notifications for a key. */
+class Subscription {
+  generation = 0;
+  #waiters: (() => void)[] = [];
+  readonly #close: () => void;
+
+  constructor(close: () => void) {
+    this.#close = close;
+  }
+
+  notify(): void {
+    this.generation++;
+    const waiters = this.#waiters;
+    this.#waiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  /** Resolves once a notification came after generation `seen`. */
+  changed(seen: number): Promise<void> {
+    if (this.generation !== seen) return Promise.resolve();
+    return new Promise((resolve) => this.#waiters.push(resolve));
+  }
+
+  close(): void {
+    this.#close();
+  }
+}
+
+/** The one listening connection of a client. */
+class Notifier {
+  readonly #pool: pg.Pool | undefined;
+  readonly #mode: boolean | 'auto';
+  readonly #subscriptions = new Map<string, Set<Subscription>>();
+  #count = 0;
+  #connection: pg.PoolClient | undefined;
+  #connecting: Promise<boolean> | undefined;
+  #linger: NodeJS.Timeout | undefined;
+  #probes = new Map<string, () => void>();
+  readonly #onError = new Map<pg.PoolClient, () => void>();
+  #closed = false;
+  /** Whether notifications work: decided by the first LISTEN (and its probe for 'auto'). */
+  verdict: boolean | undefined;
+
+  constructor(pool: pg.Pool | undefined, mode: boolean | 'auto') {
+    this.#pool = pool;
+    this.#mode = mode;
+    // A pool of one connection would give it to the listener and none to the attempts.
+    const max = (pool as { options?: { max?: number } } | undefined)?.options?.max ?? 10;
+    if (!pool || mode === false || max < 2) this.verdict = false;
+  }
+
+  subscribe(key: string): Subscription {
+    const subscription: Subscription = new Subscription(() => {
+      const set = this.#subscriptions.get(key);
+      set?.delete(subscription);
+      if (set?.size === 0) this.#subscriptions.delete(key);
+      if (--this.#count === 0) this.#scheduleLinger();
+    });
+    let set = this.#subscriptions.get(key);
+    if (!set) this.#subscriptions.set(key, (set = new Set()));
+    set.add(subscription);
+    this.#count++;
+    clearTimeout(this.#linger);
+    return subscription;
+  }
+
+  /** Resolves true once LISTEN is in force on the listening connection, false to poll. */
+  listen(): Promise<boolean> {
+    if (this.verdict === false || this.#closed) return Promise.resolve(false);
+    if (this.#connection) return Promise.resolve(true);
+    this.#connecting ??= this.#connect().finally(() => (this.#connecting = undefined));
+    return this.#connecting;
+  }
+
+  async #connect(): Promise<boolean> {
+    const connection = await this.#pool!.connect();
+    const onError = () => this.#drop(connection, true);
+    this.#onError.set(connection, onError);
+    connection.on('error', onError);
+    connection.on('notification', (message) => this.#dispatch(message));
+    try {
+      await connection.query(`LISTEN ${NOTIFY_CHANNEL}`);
+      if (this.verdict === undefined && this.#mode === 'auto') {
+        const token = `pg_lease probe ${randomUUID()}`;
+        let timer: NodeJS.Timeout | undefined;
+        const arrived = new Promise<boolean>((resolve) => {
+          this.#probes.set(token, () => resolve(true));
+          timer = setTimeout(() => resolve(false), PROBE_TIMEOUT_MS);
+        });
+        await this.#pool!.query('SELECT pg_catalog.pg_notify($1, $2)', [NOTIFY_CHANNEL, token]);
+        const works = await arrived;
+        clearTimeout(timer);
+        this.#probes.delete(token);
+        if (!works) {
+          this.verdict = false;
+          await connection.query(`UNLISTEN ${NOTIFY_CHANNEL}`).catch(() => undefined);
+          this.#drop(connection, false);
+          return false;
+        }
+      }
+      this.verdict = true;
+    } catch (error) {
+      this.#drop(connection, true);
+      throw error;
+    }
+    if (this.#closed) {
+      this.#drop(connection, false);
+      return false;
+    }
+    this.#connection = connection;
+    if (this.#count === 0) this.#scheduleLinger();
+    return true;
+  }
+
+  #dispatch(message: pg.Notification): void {
+    if (message.channel !== NOTIFY_CHANNEL || message.payload === undefined) return;
+    const probe = this.#probes.get(message.payload);
+    if (probe) return probe();
+    for (const subscription of this.#subscriptions.get(message.payload) ?? [])
+      subscription.notify();
+  }
+
+  /** Drops a broken or unneeded connection; waiters wake and try (and listen again). */
+  #drop(connection: pg.PoolClient, broken: boolean): void {
+    if (this.#connection === connection) this.#connection = undefined;
+    const onError = this.#onError.get(connection);
+    if (!onError) return; // dropped already
+    this.#onError.delete(connection);
+    connection.off('error', onError);
+    connection.removeAllListeners('notification');
+    try {
+      connection.release(broken ? new Error('pg_lease: listening connection failed') : undefined);
+    } catch {
+      // released already
+    }
+    if (broken) for (const set of this.#subscriptions.values()) for (const s of set) s.notify();
+  }
+
+  #scheduleLinger(): void {
+    clearTimeout(this.#linger);
+    this.#linger = setTimeout(() => void this.#unlisten(), LINGER_MS);
+    this.#linger.unref();
+  }
+
+  async #unlisten(): Promise<void> {
+    const connection = this.#connection;
+    if (!connection || this.#count > 0) return;
+    this.#connection = undefined;
+    try {
+      await connection.query(`UNLISTEN ${NOTIFY_CHANNEL}`);
+      this.#drop(connection, false);
+    } catch {
+      this.#drop(connection, true);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearTimeout(this.#linger);
+    await this.#connecting?.catch(() => undefined);
+    this.#count = 0;
+    await this.#unlisten();
+  }
+}
+
+/**
+ * Runs `run` on `connection`; if `signal` aborts first, asks the server to cancel whatever that
+ * connection runs (a protocol cancel request, as psql's Ctrl-C), so that no statement is left
+ * running. Resolves or rejects as the statement ended: a cancelled one with 57014.
+ * @internal
+ */
+export async function runCancellable<T>(
+  connection: pg.ClientBase,
+  run: () => Promise<T>,
+  signal: AbortSignal | undefined,
+): Promise<T> {
+  if (!signal) return run();
+  let cancelled: Promise<void> | undefined;
+  const onAbort = () => (cancelled = sendCancelRequest(connection));
+  signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    return await run();
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+    await cancelled;
+  }
+}
+
+/** The CancelRequest message of the protocol, sent on a connection of its own. */
+function sendCancelRequest(connection: pg.ClientBase): Promise<void> {
+  const target = connection as unknown as {
+    processID?: number;
+    secretKey?: number;
+    host?: string;
+    port?: number;
+  };
+  if (target.processID === undefined || target.secretKey === undefined) return Promise.resolve();
+  const host = target.host ?? 'localhost';
+  const port = target.port ?? 5432;
+  return new Promise((resolve) => {
+    const socket = host.startsWith('/')
+      ? net.connect(`${host}/.s.PGSQL.${port}`)
+      : net.connect(port, host);
+    const message = Buffer.alloc(16);
+    message.writeInt32BE(16, 0);
+    message.writeInt32BE(80877102, 4);
+    message.writeInt32BE(target.processID!, 8);
+    message.writeInt32BE(target.secretKey!, 12);
+    socket.once('connect', () => socket.end(message));
+    socket.once('error', () => resolve());
+    socket.once('close', () => resolve());
+  });
+}
+
+function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {
+  return 'totalCount' in db && typeof (db as pg.Pool).connect === 'function';
+}

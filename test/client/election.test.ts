@@ -1,0 +1,169 @@
+/**
+ * Leader election on one lease: one leader at a time, hand-over to a waiting candidate when the
+ * leader resigns or loses its lease, step-down before the server's expiry, and observers that
+ * see each new term.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import {
+  Election,
+  LeaseClient,
+  LeaseLostError,
+  type Leader,
+  type LeaseClientOptions,
+} from '../../src/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
+
+let db: TestDatabase;
+let admin: LeaseClient;
+const pools: pg.Pool[] = [];
+
+before(async () => {
+  db = await createTestDatabase();
+  admin = new LeaseClient(db.pool);
+});
+after(async () => {
+  await Promise.all(pools.map((pool) => pool.end()));
+  await db.close();
+});
+
+/** A candidate process stand-in: its own pool and client. */
+function candidate(options: LeaseClientOptions = {}): LeaseClient {
+  const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  pool.on('error', () => undefined);
+  pools.push(pool);
+  return new LeaseClient(pool, options);
+}
+
+describe('Election', { concurrency: true }, () => {
+  test('a waiting candidate takes over when the leader resigns, with the next term', async () => {
+    const key = uniqueKey('election-resign');
+    const a = new Election(candidate(), key, { ttl: '30s', identity: 'a' });
+    const b = new Election(candidate(), key, { ttl: '30s', identity: 'b' });
+    const leaderA = await a.campaign();
+    assert.deepEqual(await b.leader(), {
+      identity: 'a',
+      epoch: leaderA.epoch,
+      expiresAt: (await a.leader())!.expiresAt,
+    });
+    let elected = false;
+    b.on('elected', () => (elected = true));
+    const campaignB = b.campaign();
+    await sleep(300);
+    assert.equal(elected, false, 'b was elected while a led');
+    await leaderA.resign();
+    assert.equal(leaderA.signal.aborted, true);
+    const leaderB = await campaignB;
+    assert.equal(elected, true);
+    assert.equal(leaderB.identity, 'b');
+    assert.equal(leaderB.epoch, leaderA.epoch + 2n);
+    await leaderB.resign();
+  });
+
+  test('a leader that loses its lease is told so and the waiting candidate leads', async () => {
+    const key = uniqueKey('election-loss');
+    const a = new Election(candidate(), key, { ttl: '2s', identity: 'a' });
+    const b = new Election(candidate(), key, { ttl: '2s', identity: 'b' });
+    const leaderA = await a.campaign();
+    const lost: unknown[] = [];
+    a.on('lost', (reason) => lost.push(reason));
+    const campaignB = b.campaign();
+    // An operator takes the key from a: its next renewal finds it gone.
+    const state = (await admin.inspect(key))!;
+    assert.equal(await admin.release(key, { owner: state.owner!, epoch: state.epoch }), 'ok');
+    const leaderB = await campaignB;
+    assert.equal(leaderB.identity, 'b');
+    const reason = await abortReason(leaderA.signal);
+    assert.ok(reason instanceof LeaseLostError, `a ended with ${String(reason)}`);
+    assert.equal(lost.length, 1);
+    assert.throws(() => leaderA.assertLeader(), LeaseLostError);
+    await leaderB.resign();
+  });
+
+  test('a leader whose renewals stop steps down before its lease expires on the server', async () => {
+    const key = uniqueKey('election-stepdown');
+    // The first renewal would come after the step-down point (ttl - margin).
+    const a = new Election(candidate(), key, {
+      ttl: '1500ms',
+      identity: 'a',
+      keepAlive: { interval: '1400ms' },
+      stepDownMargin: '600ms',
+    });
+    const leaderA = await a.campaign();
+    const expiresAt = (await a.leader())!.expiresAt.getTime();
+    await abortReason(leaderA.signal);
+    // Asked right after the step-down, the server's clock is still before the expiry.
+    const { rows } = await db.pool.query<{ now: Date }>('SELECT clock_timestamp() AS now');
+    assert.ok(
+      rows[0]!.now.getTime() < expiresAt,
+      `stepped down ${rows[0]!.now.getTime() - expiresAt} ms after the server's expiry`,
+    );
+    // And it let go of the key: released (epoch moved on), not left to lapse.
+    await waitFor('the key is released', async () => (await admin.inspect(key))?.held === false);
+    assert.equal((await admin.inspect(key))?.epoch, leaderA.epoch + 1n);
+  });
+
+  test('observers are notified of every new term, without polling', async () => {
+    const key = uniqueKey('election-observe');
+    const a = new Election(candidate(), key, { ttl: '30s', identity: 'a' });
+    const b = new Election(candidate(), key, { ttl: '30s', identity: 'b' });
+    // Polling once an hour: only notifications can show the changes in time.
+    const watcher = new Election(candidate({ notifications: true, pollInterval: '1 hour' }), key, {
+      ttl: '30s',
+      identity: 'watcher',
+    });
+    const stop = new AbortController();
+    const seen: (Leader | null)[] = [];
+    const observing = (async () => {
+      for await (const leader of watcher.observe({ signal: stop.signal })) seen.push(leader);
+    })();
+    await waitFor('the first observation', () => seen.length === 1);
+    assert.equal(seen[0], null);
+    const leaderA = await a.campaign();
+    await waitFor('a is observed', () => seen.at(-1)?.identity === 'a');
+    const campaignB = b.campaign();
+    await sleep(200);
+    await leaderA.resign();
+    const leaderB = await campaignB;
+    await waitFor('b is observed', () => seen.at(-1)?.identity === 'b');
+    assert.deepEqual(
+      seen.filter((leader) => leader !== null).map((leader) => [leader.identity, leader.epoch]),
+      [
+        ['a', leaderA.epoch],
+        ['b', leaderB.epoch],
+      ],
+    );
+    stop.abort();
+    await observing;
+    await leaderB.resign();
+  });
+
+  test('run() leads one candidate at a time, hands over on resignation and campaigns again', async () => {
+    const key = uniqueKey('election-run');
+    const stop = new AbortController();
+    const terms: string[] = [];
+    let leading = 0;
+    let overlap = false;
+    const runners = ['a', 'b'].map((identity) =>
+      new Election(candidate(), key, { ttl: '2s', identity }).run(
+        async (leadership) => {
+          if (++leading > 1) overlap = true;
+          terms.push(identity);
+          await sleep(200);
+          leading--;
+          await leadership.resign();
+        },
+        { signal: stop.signal },
+      ),
+    );
+    await waitFor('both candidates led', () => terms.includes('a') && terms.includes('b'), 20_000);
+    await waitFor('six terms', () => terms.length >= 6, 20_000);
+    stop.abort();
+    await Promise.all(runners);
+    assert.equal(overlap, false, `two leaders at once: ${terms.join(',')}`);
+    assert.equal((await admin.inspect(key))?.held, false);
+  });
+});

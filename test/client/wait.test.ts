@@ -1,0 +1,302 @@
+/**
+ * Waiting for a key without a transaction (`acquire(key, { wait, signal })`): what the waiter
+ * holds on the server while it waits, what wakes it, and what an abort leaves behind.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import {
+  LeaseAbortedError,
+  LeaseClient,
+  LeaseTimeoutError,
+  type LeaseClientOptions,
+} from '../../src/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { uniqueKey, waitFor } from '../support/helpers.js';
+
+let db: TestDatabase;
+let admin: LeaseClient;
+
+before(async () => {
+  db = await createTestDatabase();
+  admin = new LeaseClient(db.pool);
+});
+after(() => db.close());
+
+let clients = 0;
+/** A client on a pool of its own, whose connections carry `application_name` = the returned name. */
+function waiterClient(options: LeaseClientOptions = {}): {
+  client: LeaseClient;
+  pool: pg.Pool;
+  app: string;
+} {
+  const app = `wait-test-${process.pid}-${++clients}`;
+  const pool = new pg.Pool({ connectionString: db.url, application_name: app, max: 4 });
+  pool.on('error', () => undefined);
+  return { client: new LeaseClient(pool, options), pool, app };
+}
+
+interface Session {
+  pid: number;
+  state: string | null;
+  query: string;
+  inTransaction: boolean;
+}
+
+async function sessionsOf(app: string): Promise<Session[]> {
+  const { rows } = await db.pool.query<Session>(
+    `SELECT pid, state, query,
+            (xact_start IS NOT NULL OR backend_xid IS NOT NULL) AS "inTransaction"
+       FROM pg_stat_activity WHERE application_name = $1`,
+    [app],
+  );
+  return rows;
+}
+
+/** Resolves with how the promise settled, without letting a rejection go unhandled. */
+function settle<T>(promise: Promise<T>): Promise<{ value?: T; error?: unknown }> {
+  return promise.then(
+    (value) => ({ value }),
+    (error: unknown) => ({ error }),
+  );
+}
+
+describe('acquire with wait, outside any transaction', { concurrency: true }, () => {
+  test('a waiting acquire keeps no transaction open and runs no statement between attempts', async () => {
+    const key = uniqueKey('wait-no-xact');
+    const holder = (await admin.acquire(key, { ttl: '30s' }))!;
+    const { client, pool, app } = waiterClient();
+    try {
+      const waiting = settle(client.acquire(key, { ttl: '30s', wait: '20s' }));
+      await waitFor('the waiter is waiting', async () => (await sessionsOf(app)).length > 0);
+      // Sample the waiter's connections for a while: an attempt may be caught in flight, but no
+      // transaction may stay open from one sample to the next (a blocking SQL wait would).
+      let samples = 0;
+      const openBefore = new Set<number>();
+      for (let i = 0; i < 20; i++) {
+        const open = new Set(
+          (await sessionsOf(app)).filter((s) => s.inTransaction).map((s) => s.pid),
+        );
+        for (const pid of open)
+          assert.ok(!openBefore.has(pid), `backend ${pid} kept a transaction open across 50 ms`);
+        openBefore.clear();
+        for (const pid of open) openBefore.add(pid);
+        samples++;
+        await sleep(50);
+      }
+      assert.equal(samples, 20);
+      assert.equal((await admin.inspect(key))?.owner, holder.owner);
+      await holder.release();
+      const { value: lease } = await waiting;
+      assert.ok(lease, 'the waiter got the key after the release');
+      assert.equal(lease.epoch, holder.epoch + 2n);
+      await lease.release();
+    } finally {
+      await client.end();
+      await pool.end();
+    }
+  });
+
+  test('a release wakes the waiter by notification, without polling', async () => {
+    const key = uniqueKey('wait-notify');
+    // A poll interval of an hour: only a notification can wake the waiter in time.
+    const { client, pool } = waiterClient({ notifications: true, pollInterval: '1 hour' });
+    try {
+      const holder = (await admin.acquire(key, { ttl: '1 hour' }))!;
+      const waiting = settle(client.acquire(key, { ttl: '30s', wait: '30s' }));
+      await sleep(300);
+      const releasedAt = performance.now();
+      await holder.release();
+      const { value: lease, error } = await waiting;
+      assert.ok(lease, `not granted: ${String(error)}`);
+      assert.ok(performance.now() - releasedAt < 10_000, 'woken long after the release');
+      await lease.release();
+    } finally {
+      await client.end();
+      await pool.end();
+    }
+  });
+
+  test('a lapsed lease is taken over at its expiry, by the server’s clock, not before', async () => {
+    const key = uniqueKey('wait-lapse');
+    const { client, pool } = waiterClient({ pollInterval: '1 hour' });
+    try {
+      const holder = (await admin.acquire(key, { ttl: '1500ms' }))!;
+      const lease = await client.acquire(key, { ttl: '30s', wait: '20s' });
+      assert.ok(lease);
+      assert.equal(lease.epoch, holder.epoch + 1n);
+      // expiresAt is server time: the grant came at or after the holder's expiry.
+      const grantedAt = lease.expiresAt.getTime() - 30_000;
+      assert.ok(
+        grantedAt >= holder.expiresAt.getTime(),
+        `granted at ${grantedAt}, before the expiry ${holder.expiresAt.getTime()}`,
+      );
+      await lease.release();
+    } finally {
+      await client.end();
+      await pool.end();
+    }
+  });
+
+  test('polling without notifications still gets a released key', async () => {
+    const key = uniqueKey('wait-poll');
+    const { client, pool, app } = waiterClient({ notifications: false, pollInterval: 20 });
+    try {
+      const holder = (await admin.acquire(key, { ttl: '1 hour' }))!;
+      const waiting = settle(client.acquire(key, { ttl: '30s', wait: '30s' }));
+      await sleep(200);
+      assert.ok(
+        (await sessionsOf(app)).every((s) => !/LISTEN/i.test(s.query)),
+        'a polling client does not LISTEN',
+      );
+      await holder.release();
+      const { value: lease } = await waiting;
+      assert.ok(lease);
+      await lease.release();
+    } finally {
+      await client.end();
+      await pool.end();
+    }
+  });
+
+  test('a wait that runs out rejects with LeaseTimeoutError and leaves the key alone', async () => {
+    const key = uniqueKey('wait-timeout');
+    const holder = (await admin.acquire(key, { ttl: '1 hour' }))!;
+    const { client, pool } = waiterClient();
+    try {
+      await assert.rejects(
+        client.acquire(key, { ttl: '30s', wait: '400ms' }),
+        (error: unknown) =>
+          error instanceof LeaseTimeoutError &&
+          error.key === key &&
+          /still held/.test(error.detail ?? ''),
+      );
+      const state = await admin.inspect(key);
+      assert.deepEqual([state?.owner, state?.epoch], [holder.owner, holder.epoch]);
+    } finally {
+      await holder.release();
+      await client.end();
+      await pool.end();
+    }
+  });
+
+  test('an aborted wait rejects with LeaseAbortedError at once, grants nothing and leaves no statement running', async () => {
+    const key = uniqueKey('wait-abort');
+    const holder = (await admin.acquire(key, { ttl: '1 hour' }))!;
+    const { client, pool, app } = waiterClient();
+    try {
+      const controller = new AbortController();
+      const waiting = settle(
+        client.acquire(key, { ttl: '30s', wait: '1 min', signal: controller.signal }),
+      );
+      await sleep(300);
+      const reason = new Error('shutting down');
+      controller.abort(reason);
+      const abortedAt = performance.now();
+      const { error } = await waiting;
+      assert.ok(error instanceof LeaseAbortedError, `rejected with ${String(error)}`);
+      assert.equal(error.cause, reason);
+      assert.ok(performance.now() - abortedAt < 5_000, 'the abort took effect late');
+      for (const session of await sessionsOf(app)) {
+        assert.notEqual(session.state, 'active', `still running: ${session.query}`);
+        assert.equal(session.inTransaction, false);
+      }
+      // Nothing was granted to the aborted waiter, also not once the key is released.
+      await holder.release();
+      await sleep(300);
+      const state = await admin.inspect(key);
+      assert.deepEqual([state?.held, state?.epoch], [false, holder.epoch + 1n]);
+    } finally {
+      await client.end();
+      await pool.end();
+    }
+  });
+
+  test('an abort cancels an attempt stuck behind another transaction’s row lock', async () => {
+    const key = uniqueKey('wait-abort-locked');
+    const holder = (await admin.acquire(key, { ttl: '1 hour' }))!;
+    const blocker = await db.pool.connect();
+    const { client, pool, app } = waiterClient();
+    try {
+      // An open transaction that changed the key's row: every attempt blocks on its lock.
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT * FROM lease.renew($1, $2, $3, $4)', [
+        key,
+        holder.owner,
+        holder.epoch.toString(),
+        '1 hour',
+      ]);
+      const controller = new AbortController();
+      const waiting = settle(
+        client.acquire(key, { ttl: '30s', wait: '1 min', signal: controller.signal }),
+      );
+      await waitFor('an attempt waits for the row lock', async () =>
+        (await sessionsOf(app)).some((s) => s.state === 'active' && /lease\.acquire/.test(s.query)),
+      );
+      controller.abort();
+      const { error } = await waiting;
+      assert.ok(error instanceof LeaseAbortedError, `rejected with ${String(error)}`);
+      await waitFor('no statement of the waiter is running', async () =>
+        (await sessionsOf(app)).every((s) => s.state !== 'active'),
+      );
+      await blocker.query('COMMIT');
+      assert.equal((await admin.inspect(key))?.owner, holder.owner);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+      await holder.release();
+      await client.end();
+      await pool.end();
+    }
+  });
+
+  test('the waiters of one client share a single listening connection', async () => {
+    const keys = [1, 2, 3, 4, 5].map(() => uniqueKey('wait-shared'));
+    const holders = await Promise.all(keys.map((key) => admin.acquire(key, { ttl: '1 hour' })));
+    const { client, pool, app } = waiterClient({ notifications: true });
+    try {
+      const waits = keys.map((key) => settle(client.acquire(key, { ttl: '30s', wait: '30s' })));
+      await waitFor('a connection listens', async () =>
+        (await sessionsOf(app)).some((s) => /^LISTEN/i.test(s.query)),
+      );
+      await sleep(200);
+      assert.equal((await sessionsOf(app)).filter((s) => /^LISTEN/i.test(s.query)).length, 1);
+      for (const holder of holders) await holder!.release();
+      for (const { value } of await Promise.all(waits)) {
+        assert.ok(value);
+        await value.release();
+      }
+    } finally {
+      await client.end();
+      await pool.end();
+    }
+  });
+
+  test('waiters of one key in one client are served in arrival order, one grant per release', async () => {
+    const key = uniqueKey('wait-order');
+    const first = (await admin.acquire(key, { ttl: '1 hour' }))!;
+    const { client, pool } = waiterClient({ notifications: true });
+    try {
+      const order: number[] = [];
+      const waits = [0, 1, 2].map(async (n) => {
+        await sleep(n * 100);
+        const lease = (await client.acquire(key, { ttl: '1 hour', wait: '30s' }))!;
+        order.push(n);
+        return lease;
+      });
+      await sleep(500);
+      let current = first;
+      for (let round = 0; round < 3; round++) {
+        await current.release();
+        await waitFor('the next waiter holds the key', () => order.length === round + 1);
+        current = await waits[order[round]!]!;
+      }
+      await current.release();
+      assert.deepEqual(order, [0, 1, 2]);
+    } finally {
+      await client.end();
+      await pool.end();
+    }
+  });
+});

@@ -1,0 +1,148 @@
+/**
+ * lease.watch and the release notification (SEMANTICS.md §4 watch, §10 Waiting): a release
+ * notifies channel pg_lease only while a waiter's mark on the key lasts, marks are written
+ * only for held keys and at most once per half mark, and watching is no act of ownership.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { uniqueKey } from '../support/helpers.js';
+import { acquire, pgError, release } from '../support/lease-calls.js';
+import { createRole, type TestRole } from '../support/roles.js';
+
+let db: TestDatabase;
+let listener: pg.Client;
+const notified: string[] = [];
+
+before(async () => {
+  db = await createTestDatabase();
+  listener = new pg.Client({ connectionString: db.url });
+  await listener.connect();
+  listener.on('notification', (message) => notified.push(message.payload ?? ''));
+  await listener.query('LISTEN pg_lease');
+});
+after(async () => {
+  await listener.end();
+  await db.close();
+});
+
+async function watchedUntil(key: string): Promise<Date | null | undefined> {
+  const { rows } = await db.pool.query<{ w: Date | null }>(
+    'SELECT watched_until AS w FROM lease.leases WHERE key = $1',
+    [key],
+  );
+  return rows[0]?.w;
+}
+
+/** Whether a notification for `key` arrives within a generous moment. */
+async function notifiedOf(key: string): Promise<boolean> {
+  for (let i = 0; i < 40; i++) {
+    if (notified.includes(key)) return true;
+    await sleep(25);
+  }
+  return false;
+}
+
+describe('lease.watch', { concurrency: false }, () => {
+  test('a release of a key nobody watches sends no notification', async () => {
+    const key = uniqueKey('unwatched');
+    const grant = await acquire(db.pool, key, 'holder', '1 min');
+    assert.equal((await release(db.pool, key, 'holder', grant.epoch)).status, 'ok');
+    assert.equal(await notifiedOf(key), false);
+  });
+
+  test('a release of a watched key notifies pg_lease with the key, once it commits', async () => {
+    const key = uniqueKey('watched');
+    const grant = await acquire(db.pool, key, 'holder', '1 min');
+    const { rows } = await db.pool.query('SELECT * FROM lease.watch($1, $2)', [key, '30 seconds']);
+    assert.deepEqual([rows[0].held, rows[0].owner], [true, 'holder']);
+    assert.ok((await watchedUntil(key))! > new Date());
+
+    // Rolled back: nothing is sent.
+    const session = await db.pool.connect();
+    try {
+      await session.query('BEGIN');
+      await release(session, key, 'holder', grant.epoch);
+      await session.query('ROLLBACK');
+    } finally {
+      session.release();
+    }
+    assert.equal(await notifiedOf(key), false);
+
+    assert.equal((await release(db.pool, key, 'holder', grant.epoch)).status, 'ok');
+    assert.equal(await notifiedOf(key), true);
+  });
+
+  test('release_many notifies each watched key it releases, and only those', async () => {
+    const watched = uniqueKey('batch-watched');
+    const unwatched = uniqueKey('batch-unwatched');
+    const a = await acquire(db.pool, watched, 'holder', '1 min');
+    const b = await acquire(db.pool, unwatched, 'holder', '1 min');
+    await db.pool.query('SELECT * FROM lease.watch($1, $2)', [watched, '30 seconds']);
+    const { rows } = await db.pool.query<{ key: string; status: string }>(
+      'SELECT key, status FROM lease.release_many($1::text[], $2, $3::bigint[])',
+      [[watched, unwatched], 'holder', [String(a.epoch), String(b.epoch)]],
+    );
+    assert.deepEqual(
+      rows.map((row) => row.status),
+      ['ok', 'ok'],
+    );
+    assert.equal(await notifiedOf(watched), true);
+    assert.equal(notified.includes(unwatched), false);
+  });
+
+  test('a mark runs out: releases after it notify nobody', async () => {
+    const key = uniqueKey('expired-mark');
+    const grant = await acquire(db.pool, key, 'holder', '1 min');
+    await db.pool.query('SELECT * FROM lease.watch($1, $2)', [key, '200 milliseconds']);
+    await sleep(400);
+    assert.equal((await release(db.pool, key, 'holder', grant.epoch)).status, 'ok');
+    assert.equal(await notifiedOf(key), false);
+  });
+
+  test('a key that is not held is not marked, and watch says so', async () => {
+    const key = uniqueKey('free');
+    const grant = await acquire(db.pool, key, 'holder', '1 min');
+    await release(db.pool, key, 'holder', grant.epoch);
+    const { rows } = await db.pool.query('SELECT * FROM lease.watch($1, $2)', [key, '30 seconds']);
+    assert.deepEqual(rows, [{ held: false, owner: null, epoch: String(grant.epoch! + 1n), expires_at: null }]);
+    assert.equal(await watchedUntil(key), null);
+    const never = await db.pool.query('SELECT * FROM lease.watch($1, $2)', [uniqueKey('never'), '1s']);
+    assert.equal(never.rowCount, 0);
+  });
+
+  test('many waiters share a mark: it is written again only when half of it has passed', async () => {
+    const key = uniqueKey('shared-mark');
+    await acquire(db.pool, key, 'holder', '1 min');
+    await db.pool.query('SELECT * FROM lease.watch($1, $2)', [key, '1 minute']);
+    const first = await watchedUntil(key);
+    for (let i = 0; i < 5; i++)
+      await db.pool.query('SELECT * FROM lease.watch($1, $2)', [key, '1 minute']);
+    assert.deepEqual(await watchedUntil(key), first);
+  });
+
+  test('watch rejects invalid input with 22023 and changes nothing', async () => {
+    const error = await pgError(db.pool.query("SELECT * FROM lease.watch('', '-1 s')"));
+    assert.equal(error.code, '22023');
+    assert.match(error.detail ?? '', /key must be a non-empty string; wait must be a non-negative/);
+  });
+
+  test('watching is no act of ownership: with owners bound to roles, any role may watch', async () => {
+    let watcher: TestRole | undefined;
+    const key = uniqueKey('bound');
+    try {
+      await acquire(db.pool, key, 'holder', '1 min');
+      await db.pool.query('SELECT lease.bind_owners(true)');
+      watcher = await createRole(db);
+      const client = await watcher.connect();
+      const { rows } = await client.query('SELECT * FROM lease.watch($1, $2)', [key, '30 seconds']);
+      assert.equal(rows[0].held, true);
+      assert.ok((await watchedUntil(key))! > new Date());
+    } finally {
+      await db.pool.query('SELECT lease.bind_owners(false)');
+      await watcher?.drop();
+    }
+  });
+});

@@ -602,7 +602,16 @@ export async function runCancellable<T>(
   }
 }
 
-/** The CancelRequest message of the protocol, sent on a connection of its own. */
+/** How long a cancel request may take before its connection is dropped. */
+const CANCEL_TIMEOUT_MS = 10_000;
+
+/**
+ * The CancelRequest message of the protocol, sent on a connection of its own. Resolves once the
+ * other side has closed that connection, which it does after acting on the request, as libpq
+ * waits: the connection goes back to the pool only then, so the cancel cannot reach the
+ * statement that runs on it next. Closing from this side first also crashes PgBouncer 1.18
+ * (`disconnect_client(): bad client state: 0`) when it is still forwarding the request.
+ */
 function sendCancelRequest(connection: pg.ClientBase): Promise<void> {
   const target = connection as unknown as {
     processID?: number;
@@ -622,9 +631,15 @@ function sendCancelRequest(connection: pg.ClientBase): Promise<void> {
     message.writeInt32BE(80877102, 4);
     message.writeInt32BE(target.processID!, 8);
     message.writeInt32BE(target.secretKey!, 12);
-    socket.once('connect', () => socket.end(message));
-    socket.once('error', () => resolve());
-    socket.once('close', () => resolve());
+    const timer = setTimeout(() => socket.destroy(), CANCEL_TIMEOUT_MS);
+    socket.once('connect', () => socket.write(message));
+    socket.on('data', () => undefined); // nothing is expected; a reply is read and dropped
+    socket.once('end', () => socket.end());
+    socket.once('error', () => socket.destroy());
+    socket.once('close', () => {
+      clearTimeout(timer);
+      resolve();
+    });
   });
 }
 

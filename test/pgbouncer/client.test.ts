@@ -1,8 +1,9 @@
 /**
  * The client behind PgBouncer in transaction mode, with far more clients than server
  * connections: every call is one autocommitted statement, so it needs nothing of a session
- * and any server connection will do. node-postgres sends unnamed statements, which
- * transaction pooling passes through (README: "Running behind PgBouncer").
+ * and any server connection will do. The client's named statements are refused on the first
+ * server connection that does not know them, and it goes on unnamed (README: "Running behind
+ * PgBouncer").
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';

@@ -220,6 +220,27 @@ $guard$;
 ALTER TABLE lease.leases ADD COLUMN released_at timestamptz;
 UPDATE lease.leases SET released_at = pg_catalog.clock_timestamp() WHERE owner IS NULL;
 
+-- The single-column rules become domains (install.sql says why).  The
+-- columns change to domains without constraints first, which PostgreSQL does
+-- without rewriting the table or rebuilding its index; adding each domain's
+-- constraint then checks the rows already there.
+CREATE DOMAIN lease.key_text AS text COLLATE pg_catalog."C";
+CREATE DOMAIN lease.owner_text AS text COLLATE pg_catalog."C";
+CREATE DOMAIN lease.epoch_number AS bigint;
+ALTER TABLE lease.leases
+    ALTER COLUMN key TYPE lease.key_text COLLATE pg_catalog."C",
+    ALTER COLUMN owner TYPE lease.owner_text COLLATE pg_catalog."C",
+    ALTER COLUMN epoch TYPE lease.epoch_number,
+    DROP CONSTRAINT leases_key_length,
+    DROP CONSTRAINT leases_owner_length,
+    DROP CONSTRAINT leases_epoch_positive;
+ALTER DOMAIN lease.key_text
+    ADD CONSTRAINT key_text_length CHECK (pg_catalog.octet_length(VALUE) BETWEEN 1 AND 1000);
+ALTER DOMAIN lease.owner_text
+    ADD CONSTRAINT owner_text_length CHECK (pg_catalog.octet_length(VALUE) BETWEEN 1 AND 1000);
+ALTER DOMAIN lease.epoch_number
+    ADD CONSTRAINT epoch_number_positive CHECK (VALUE >= 1);
+
 CREATE TABLE lease.epoch_floor (
     singleton   boolean NOT NULL DEFAULT true,
     epoch       bigint NOT NULL DEFAULT 0,
@@ -2272,11 +2293,13 @@ BEGIN
     END IF;
     v_upper := lease._prefix_upper_bound(v_prefix);
 
+    -- RETURN QUERY wants the declared result types exactly: the columns
+    -- are domains over them (install.sql), hence the casts.
     IF v_upper IS NULL THEN
         RETURN QUERY
-            SELECT l.key, v.held,
-                   CASE WHEN v.held THEN l.owner END,
-                   l.epoch,
+            SELECT l.key::text, v.held,
+                   CASE WHEN v.held THEN l.owner::text END,
+                   l.epoch::bigint,
                    CASE WHEN v.held THEN l.expires_at END
               FROM lease.leases AS l,
                    LATERAL (SELECT l.owner IS NOT NULL AND v_now < l.expires_at) AS v (held)
@@ -2286,9 +2309,9 @@ BEGIN
              ORDER BY l.key;
     ELSE
         RETURN QUERY
-            SELECT l.key, v.held,
-                   CASE WHEN v.held THEN l.owner END,
-                   l.epoch,
+            SELECT l.key::text, v.held,
+                   CASE WHEN v.held THEN l.owner::text END,
+                   l.epoch::bigint,
                    CASE WHEN v.held THEN l.expires_at END
               FROM lease.leases AS l,
                    LATERAL (SELECT l.owner IS NOT NULL AND v_now < l.expires_at) AS v (held)

@@ -55,11 +55,38 @@ describe('what CREATE EXTENSION makes', () => {
     assert.deepEqual(rows, [{ trusted: true, relocatable: false, schema: 'lease' }]);
   });
 
+  test('the table refuses a row that breaks a rule, even from a superuser writing it directly', async () => {
+    const key = `direct-write-${process.pid}`;
+    const grant = await acquire(db.pool, key, 'holder', '1 min');
+    const writes: [string, unknown[]][] = [
+      ["UPDATE lease.leases SET key = '' WHERE key = $1", [key]],
+      ['UPDATE lease.leases SET key = repeat($2, 1001) WHERE key = $1', [key, 'k']],
+      ['UPDATE lease.leases SET owner = repeat($2, 1001) WHERE key = $1', [key, 'o']],
+      ["UPDATE lease.leases SET owner = '' WHERE key = $1", [key]],
+      ['UPDATE lease.leases SET epoch = 0 WHERE key = $1', [key]],
+      ['UPDATE lease.leases SET expires_at = NULL WHERE key = $1', [key]],
+      ["INSERT INTO lease.leases (key, owner, epoch) VALUES ('new-direct', 'o', 1)", []],
+    ];
+    for (const [sql, values] of writes) {
+      const error = await pgError(db.pool.query(sql, values));
+      assert.equal(error.code, '23514', `${sql}: ${error.message}`);
+    }
+    assert.deepEqual(await inspect(db.pool, key), {
+      held: true,
+      owner: 'holder',
+      epoch: grant.epoch,
+      expiresAt: grant.expiresAt,
+    });
+    await release(db.pool, key, 'holder', grant.epoch);
+  });
+
   test("the one table has the contract's columns with key as primary key", async () => {
     const table = await leaseTable(db.pool);
     const { rows } = await db.pool.query(
-      `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null
-         FROM pg_attribute a
+      `SELECT a.attname AS name,
+              format_type(CASE t.typtype WHEN 'd' THEN t.typbasetype ELSE a.atttypid END, a.atttypmod) AS type,
+              a.attnotnull AS not_null
+         FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
         WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
           AND a.attname IN ('key', 'owner', 'epoch', 'expires_at')
         ORDER BY a.attname`,
@@ -70,6 +97,22 @@ describe('what CREATE EXTENSION makes', () => {
       { name: 'expires_at', type: 'timestamp with time zone', not_null: false },
       { name: 'key', type: 'text', not_null: true },
       { name: 'owner', type: 'text', not_null: false },
+    ]);
+    // The single-column rules are domains over those types; one CHECK spans two columns.
+    const rules = await db.pool.query<{ on: string; rule: string }>(
+      `SELECT coalesce(nullif(conrelid, 0)::regclass::text, contypid::regtype::text) AS on,
+              pg_get_constraintdef(oid) AS rule
+         FROM pg_constraint
+        WHERE contype = 'c' AND (conrelid = $1::regclass OR contypid IN (
+              SELECT atttypid FROM pg_attribute WHERE attrelid = $1::regclass))
+        ORDER BY 1`,
+      [table],
+    );
+    assert.deepEqual(rules.rows, [
+      { on: 'lease.epoch_number', rule: 'CHECK ((VALUE >= 1))' },
+      { on: 'lease.key_text', rule: 'CHECK (((octet_length(VALUE) >= 1) AND (octet_length(VALUE) <= 1000)))' },
+      { on: 'lease.leases', rule: 'CHECK (((owner IS NULL) = (expires_at IS NULL)))' },
+      { on: 'lease.owner_text', rule: 'CHECK (((octet_length(VALUE) >= 1) AND (octet_length(VALUE) <= 1000)))' },
     ]);
     const pk = await db.pool.query(
       `SELECT array_agg(a.attname::text) AS columns

@@ -50,8 +50,15 @@ export const CATALOG_QUERY = `
     LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
    WHERE c.relnamespace = 'lease'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
   UNION ALL
-  SELECT 'constraint', conrelid::regclass::text || '.' || conname, pg_get_constraintdef(oid)
+  SELECT 'constraint',
+         coalesce(nullif(conrelid, 0)::regclass::text, contypid::regtype::text) || '.' || conname,
+         pg_get_constraintdef(oid)
     FROM pg_constraint WHERE connamespace = 'lease'::regnamespace
+  UNION ALL
+  SELECT 'type', t.oid::regtype::text,
+         concat_ws(' | ', t.typtype, format_type(t.typbasetype, t.typtypmod), t.typnotnull,
+                   t.typcollation::regcollation::text, t.typacl::text, t.typowner::regrole::text)
+    FROM pg_type t WHERE t.typnamespace = 'lease'::regnamespace AND t.typtype = 'd'
   UNION ALL
   SELECT 'index', indexrelid::regclass::text, pg_get_indexdef(indexrelid)
     FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid

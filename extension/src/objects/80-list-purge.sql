@@ -157,11 +157,13 @@ BEGIN
     END IF;
     v_upper := lease._prefix_upper_bound(v_prefix);
 
+    -- RETURN QUERY wants the declared result types exactly: the columns
+    -- are domains over them (install.sql), hence the casts.
     IF v_upper IS NULL THEN
         RETURN QUERY
-            SELECT l.key, v.held,
-                   CASE WHEN v.held THEN l.owner END,
-                   l.epoch,
+            SELECT l.key::text, v.held,
+                   CASE WHEN v.held THEN l.owner::text END,
+                   l.epoch::bigint,
                    CASE WHEN v.held THEN l.expires_at END
               FROM lease.leases AS l,
                    LATERAL (SELECT l.owner IS NOT NULL AND v_now < l.expires_at) AS v (held)
@@ -171,9 +173,9 @@ BEGIN
              ORDER BY l.key;
     ELSE
         RETURN QUERY
-            SELECT l.key, v.held,
-                   CASE WHEN v.held THEN l.owner END,
-                   l.epoch,
+            SELECT l.key::text, v.held,
+                   CASE WHEN v.held THEN l.owner::text END,
+                   l.epoch::bigint,
                    CASE WHEN v.held THEN l.expires_at END
               FROM lease.leases AS l,
                    LATERAL (SELECT l.owner IS NOT NULL AND v_now < l.expires_at) AS v (held)

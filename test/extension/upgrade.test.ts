@@ -187,7 +187,12 @@ describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0', () => {
       }
       await db.query(`SELECT pg_sleep(0.01)`);
       const before = (await db.query(`SELECT * FROM lease.leases ORDER BY key`)).rows;
+      const files = `SELECT pg_relation_filenode('lease.leases') AS heap,
+                            pg_relation_filenode('lease.leases_pkey') AS pkey`;
+      const filesBefore = (await db.query(files)).rows;
       await db.query('ALTER EXTENSION pg_lease UPDATE');
+      // The columns became domains without a rewrite of the table or a rebuild of its index.
+      assert.deepEqual((await db.query(files)).rows, filesBefore);
       const afterUpdate = (
         await db.query(`SELECT key, owner, epoch, expires_at FROM lease.leases ORDER BY key`)
       ).rows;

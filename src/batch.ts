@@ -10,7 +10,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import type { LeaseStatus, RenewCall } from './lease.js';
-import { MAX_BATCH_KEYS, STATEMENTS, type Statement } from './statements.js';
+import { dateFromMs, MAX_BATCH_KEYS, STATEMENTS, type Statement } from './statements.js';
 
 /** Runs one statement of the client (named or not, outside transactions). @internal */
 export type RunStatement = <R extends object>(
@@ -45,7 +45,7 @@ export async function acquireMany(
       key: string;
       acquired: boolean;
       epoch: string | null;
-      expires_at: Date | null;
+      expires_ms: number | null;
       remaining_us: number | null;
     }>(chunk[0]!, STATEMENTS.acquireMany, [chunk, owner, ttlMicroseconds]);
     for (const row of result)
@@ -53,7 +53,7 @@ export async function acquireMany(
         key: row.key,
         acquired: row.acquired,
         epoch: row.epoch === null ? null : BigInt(row.epoch),
-        expiresAt: row.expires_at,
+        expiresAt: dateFromMs(row.expires_ms),
         sentAt,
         remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
       });
@@ -165,7 +165,7 @@ export async function renewMany(run: RunStatement, items: RenewItem[]): Promise<
   const rows = await run<{
     key: string;
     status: LeaseStatus;
-    expires_at: Date | null;
+    expires_ms: number | null;
     remaining_us: number | null;
   }>(items[0]!.key, STATEMENTS.renewMany, [
     items.map((p) => p.key),
@@ -176,7 +176,7 @@ export async function renewMany(run: RunStatement, items: RenewItem[]): Promise<
   // One row per key, in input order.
   return rows.map((row) => ({
     status: row.status,
-    expiresAt: row.expires_at,
+    expiresAt: dateFromMs(row.expires_ms),
     sentAt,
     remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
   }));

@@ -37,7 +37,7 @@ import {
   type PurgeOptions,
 } from './operations.js';
 import { defaultOwner } from './owner.js';
-import { STATEMENTS, type Statement } from './statements.js';
+import { dateFromMs, STATEMENTS, type Statement } from './statements.js';
 import { validateInput } from './validation.js';
 import {
   runCancellable,
@@ -653,7 +653,7 @@ export class LeaseClient implements AsyncDisposable {
     const rows = await this.#query<{
       acquired: boolean;
       epoch: string | null;
-      expires_at: Date | null;
+      expires_ms: number | null;
       remaining_us: number | null;
       holder?: { held: boolean; remaining_us: number | null } | null;
     }>(key, statement, values, signal);
@@ -662,7 +662,7 @@ export class LeaseClient implements AsyncDisposable {
       key,
       acquired: row.acquired,
       epoch: row.epoch === null ? null : BigInt(row.epoch),
-      expiresAt: row.expires_at,
+      expiresAt: dateFromMs(row.expires_ms),
       sentAt,
       remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
       ...(follow === undefined || row.acquired
@@ -686,13 +686,13 @@ export class LeaseClient implements AsyncDisposable {
     const sentAt = performance.now();
     const rows = await this.#query<{
       status: LeaseStatus;
-      expires_at: Date | null;
+      expires_ms: number | null;
       remaining_us: number | null;
     }>(key, STATEMENTS.renew, [key, owner, epoch.toString(), ttlMicroseconds]);
     const row = rows[0]!;
     return {
       status: row.status,
-      expiresAt: row.expires_at,
+      expiresAt: dateFromMs(row.expires_ms),
       sentAt,
       remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
     };

@@ -170,6 +170,24 @@ describe('renew and release on a handle', () => {
     assert.equal((await client.inspect(key))?.epoch, lease.epoch + 1n);
   });
 
+  test('a signal read before the end aborts with it, and one first read after it is born aborted', async () => {
+    const early = (await client.acquire(uniqueKey(), { ttl: '30s' }))!;
+    const signal = early.signal;
+    const events: unknown[] = [];
+    signal.addEventListener('abort', () => events.push(signal.reason));
+    assert.equal(signal.aborted, false);
+    await early.release();
+    assert.equal(events.length, 1);
+    assert.equal((events[0] as LeaseError).code, 'lease_released');
+    assert.equal(early.signal, signal);
+
+    const late = (await client.acquire(uniqueKey(), { ttl: '30s' }))!;
+    await late.release();
+    assert.equal(late.signal.aborted, true);
+    assert.equal((late.signal.reason as LeaseError).code, 'lease_released');
+    assert.equal(late.remainingMs(), 0);
+  });
+
   test('renew after release rejects without calling the server', async () => {
     const key = uniqueKey();
     const lease = (await client.acquire(key, { ttl: '30s' }))!;

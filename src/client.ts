@@ -655,7 +655,7 @@ export class LeaseClient implements AsyncDisposable {
       epoch: string | null;
       expires_ms: number | null;
       remaining_us: number | null;
-      holder?: { held: boolean; remaining_us: number | null } | null;
+      holder?: { held: boolean; notifies: boolean; remaining_us: number | null } | null;
     }>(key, statement, values, signal);
     const row = rows[0]!;
     return {
@@ -671,6 +671,7 @@ export class LeaseClient implements AsyncDisposable {
             holder: {
               found: row.holder != null,
               held: row.holder?.held === true,
+              notifies: row.holder?.notifies === true,
               remainingMs: row.holder?.remaining_us == null ? null : row.holder.remaining_us / 1000,
             },
           }),

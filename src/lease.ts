@@ -288,7 +288,11 @@ export class Lease implements AsyncDisposable {
   }
 
   #throwIfEnded(): void {
-    if (this.#ended) throw this.#ended;
+    if (!this.#ended) return;
+    // The release reason was made without a stack (see releasedReason); thrown, it gets one.
+    if (this.#ended.code === 'lease_released')
+      throw new LeaseError('lease_released', this.#ended.message);
+    throw this.#ended;
   }
 
   #armDeadline(): void {

@@ -44,10 +44,12 @@ function REMAINING_US(alias: string): string {
  * both sides: the server formats no date text, the client parses none (see {@link dateFromMs}).
  */
 function EXPIRES_MS(alias: string): string {
-  return `pg_catalog.date_part('epoch', ${alias}.expires_at) * 1000 AS expires_ms`;
+  // Whole milliseconds computed in numeric, as a float8 (exact below 2^53): a float8 product
+  // would put some instants of later centuries a fraction below their millisecond.
+  return `pg_catalog.trunc(EXTRACT(EPOCH FROM ${alias}.expires_at) * 1000)::pg_catalog.float8 AS expires_ms`;
 }
 
-/** A `expires_ms` column as a Date (millisecond precision, as node-postgres parses dates). */
+/** An `expires_ms` column as a Date (millisecond precision, as node-postgres parses dates). */
 export function dateFromMs(ms: number | null): Date | null {
   return ms === null ? null : new Date(ms);
 }
@@ -65,11 +67,11 @@ function ACQUIRE(follow = ''): string {
  * The holder's state after a denied attempt, as a column of the same statement: a CASE runs its
  * subquery only when the key was not granted, after the acquire (with its own snapshot); NULL
  * when the key has no row. `call` is lease.watch (which also asks for a notification of the
- * release) or lease.inspect.
+ * release, and says with `notifies` whether one will come) or lease.inspect.
  */
-function FOLLOW(call: string): string {
+function FOLLOW(call: string, notifies: string): string {
   return `, CASE WHEN NOT a.acquired THEN (
-           SELECT pg_catalog.json_build_object('held', i.held, 'remaining_us',
+           SELECT pg_catalog.json_build_object('held', i.held, 'notifies', ${notifies}, 'remaining_us',
                     pg_catalog.date_part('epoch', i.expires_at - pg_catalog.clock_timestamp()) * 1000000)
              FROM ${call} AS i) END AS holder`;
 }
@@ -79,9 +81,9 @@ export const STATEMENTS = {
   acquire: statement('acquire', ACQUIRE()),
   acquireWatching: statement(
     'acquire_watching',
-    ACQUIRE(FOLLOW(`lease.watch($1, ${MICROSECONDS('$4')})`)),
+    ACQUIRE(FOLLOW(`lease.watch($1, ${MICROSECONDS('$4')})`, 'i.notifies')),
   ),
-  acquireInspecting: statement('acquire_inspecting', ACQUIRE(FOLLOW('lease.inspect($1)'))),
+  acquireInspecting: statement('acquire_inspecting', ACQUIRE(FOLLOW('lease.inspect($1)', 'false'))),
   renew: statement(
     'renew',
     `SELECT r.status, ${EXPIRES_MS('r')}, ${REMAINING_US('r')}

@@ -67,6 +67,11 @@ export interface HolderState {
   /** The key has a row (was ever granted). */
   found: boolean;
   held: boolean;
+  /**
+   * A release will notify: the key is marked (`lease.watch`). False when another transaction
+   * had the row locked (a fenced one, say), so the waiter polls until the mark stands.
+   */
+  notifies: boolean;
   /** Time left on the holder's grant as the server measured it, in milliseconds. */
   remainingMs: number | null;
 }
@@ -207,10 +212,10 @@ export class Waiting {
         }
 
         let until = deadline;
-        if (!listening) until = Math.min(until, now + this.#pollMs);
-        else until = Math.min(until, result.sentAt + watchMs / 2);
         const holder = result.holder;
         if (holder && (!holder.found || !holder.held)) continue; // freed meanwhile: try now
+        if (!listening || !holder?.notifies) until = Math.min(until, now + this.#pollMs);
+        else until = Math.min(until, result.sentAt + watchMs / 2);
         // The server measured the time left while it answered: somewhere between the send and
         // the answer. Aim at the middle; an attempt that arrives early is denied and tells
         // how little is left, one round trip more.
@@ -253,9 +258,10 @@ export class Waiting {
             owner: string | null;
             epoch: string;
             expires_at: Date | null;
+            notifies: boolean;
             remaining_us: number | null;
           }>(
-            `SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at,
+            `SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at, ${listening ? 'i.notifies' : 'false AS notifies'},
                     pg_catalog.date_part('epoch', i.expires_at - pg_catalog.clock_timestamp()) * 1000000 AS remaining_us
                FROM ${call} AS i`,
             [key],
@@ -276,7 +282,7 @@ export class Waiting {
           last = fingerprint;
           yield state;
         }
-        let until = listening ? sentAt + WATCH_MS / 2 : receivedAt + this.#pollMs;
+        let until = listening && row?.notifies ? sentAt + WATCH_MS / 2 : receivedAt + this.#pollMs;
         if (state?.held && row!.remaining_us !== null)
           until = Math.min(until, receivedAt + Math.max(0, row!.remaining_us));
         else until = Math.min(until, receivedAt + this.#pollMs);

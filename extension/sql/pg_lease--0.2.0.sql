@@ -1001,12 +1001,15 @@ REVOKE ALL ON FUNCTION lease._wake(text) FROM PUBLIC;
  *
  * The write keeps the key's row locked until the caller's transaction
  * ends, which delays the holder's renew and release that long: call it
- * outside an explicit transaction, as the client does.
+ * outside an explicit transaction, as the client does.  It never waits
+ * for a row lock itself (SKIP LOCKED); notifies says whether the mark
+ * stands.
  */
 CREATE OR REPLACE FUNCTION lease.watch(
     p_key  text,
     p_wait interval)
-    RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
+    RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz,
+                   notifies boolean)
     LANGUAGE plpgsql
     VOLATILE
     SECURITY DEFINER
@@ -1014,18 +1017,36 @@ CREATE OR REPLACE FUNCTION lease.watch(
     ROWS 1
 AS $function$
 DECLARE
-    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_now   CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_held  boolean;
+    v_fresh boolean;
 BEGIN
     PERFORM lease._validate('acquire'::text, p_key, 'watch'::text, NULL::bigint,
                             interval '1 second', p_wait);
 
-    -- §10 Waiting: mark a held key, at most once per half mark.
-    UPDATE lease.leases AS l
-       SET watched_until = v_now + p_wait
-     WHERE l.key = p_key COLLATE pg_catalog."C"
-       AND l.owner IS NOT NULL
-       AND l.expires_at > v_now
-       AND (l.watched_until IS NULL OR l.watched_until < v_now + p_wait / 2);
+    SELECT l.owner IS NOT NULL AND l.expires_at > v_now,
+           l.watched_until >= v_now + p_wait / 2
+      INTO v_held, v_fresh
+      FROM lease.leases AS l
+     WHERE l.key = p_key COLLATE pg_catalog."C";
+
+    -- §10 Waiting: mark a held key, at most once per half mark, and only a
+    -- row nobody has locked: a fenced transaction holds its key's row for
+    -- as long as it runs, and a waiter must not queue behind it.  Unmarked,
+    -- the caller learns notifies = false and polls instead.  A mark already
+    -- committed is read by any later release, locked row or not.
+    IF v_held AND v_fresh IS NOT TRUE THEN
+        UPDATE lease.leases AS l
+           SET watched_until = v_now + p_wait
+         WHERE l.key = (SELECT c.key
+                          FROM lease.leases AS c
+                         WHERE c.key = p_key COLLATE pg_catalog."C"
+                           AND c.owner IS NOT NULL
+                           AND c.expires_at > v_now
+                           FOR NO KEY UPDATE SKIP LOCKED)
+           AND l.key = p_key COLLATE pg_catalog."C";
+        v_fresh := FOUND;
+    END IF;
 
     -- inspect's view (§4 inspect), read after the mark.
     SELECT l.owner, l.epoch, l.expires_at
@@ -1040,13 +1061,14 @@ BEGIN
         owner := NULL;
         expires_at := NULL;
     END IF;
+    notifies := held AND v_fresh IS TRUE;
     RETURN NEXT;
 END;
 $function$;
 
 COMMENT ON FUNCTION lease.watch(text, interval) IS
     'watch(key, wait): while key is held, have its releases notify channel pg_lease (payload: the key) for at least wait; '
-    'returns what inspect(key) returns. For waiting outside a transaction: LISTEN pg_lease, watch, sleep until notified or the expiry, acquire';
+    'returns what inspect(key) returns, and notifies: whether a release will notify (false while another transaction has the row locked, e.g. a fenced one: poll then). For waiting outside a transaction: LISTEN pg_lease, watch, sleep until notified or the expiry, acquire';
 
 /*
  * lease._refusal: why a renew or release did not match (§4 renew).
@@ -2617,8 +2639,8 @@ COMMENT ON FUNCTION lease.bind_owners(boolean) IS
  * default privileges (ALTER DEFAULT PRIVILEGES, by a superuser for its own
  * objects, or by the installing role in a bundle install) add grants when
  * an object is created, and a 0.1.0 installation may hold grants made
- * since.  So every relation and function in schema lease ends with exactly
- * these: its owner's, and EXECUTE for PUBLIC on the API (the functions
+ * since.  So every relation, domain and function in schema lease ends with
+ * exactly these: its owner's, and EXECUTE for PUBLIC on the API (the functions
  * whose names do not start with "_"; lease.purge instead keeps EXECUTE for
  * the extension's owner and whom it granted it to); nobody may read or
  * write the table directly.  A fresh install and an update therefore end alike.
@@ -2650,6 +2672,17 @@ BEGIN
                     AND (a.grantor <> p.proowner
                          OR a.grantee = (SELECT e.extowner FROM pg_catalog.pg_extension AS e
                                           WHERE e.extname = 'pg_lease')))
+        UNION
+        -- The table's domains: a column of another role's table of one of them
+        -- would make DROP EXTENSION fail (or take that column with CASCADE).
+        SELECT 'DOMAIN ' || t.oid::pg_catalog.regtype::text,
+               CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END
+          FROM pg_catalog.pg_type AS t
+          CROSS JOIN LATERAL pg_catalog.aclexplode(
+                   COALESCE(t.typacl, pg_catalog.acldefault('T', t.typowner))) AS a
+         WHERE t.typnamespace = 'lease'::pg_catalog.regnamespace
+           AND t.typtype = 'd'
+           AND a.grantee <> t.typowner
     LOOP
         EXECUTE 'REVOKE ALL ON ' || v_object.name || ' FROM ' || v_object.grantee || ' CASCADE';
     END LOOP;

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import {
   ACQUIRE_TIMEOUT_MESSAGE,
@@ -27,7 +28,7 @@ async function waitingBackend(): Promise<number> {
   await waitFor('the acquire is running', async () => {
     const { rows } = await db.pool.query<{ pid: number }>(
       `SELECT pid FROM pg_stat_activity
-        WHERE datname = current_database() AND state = 'active'
+        WHERE datname = current_database() AND state = 'active' AND wait_event_type = 'Lock'
           AND query LIKE '%lease.acquire%' AND pid <> pg_backend_pid()`,
     );
     pid = rows[0]?.pid;
@@ -62,6 +63,11 @@ describe('errors', () => {
    * An open transaction that renewed the key keeps its row locked: the waiter's next attempt
    * then runs, blocked, until something ends it.
    */
+  /**
+   * Renews the holder's grant (taken with a 1 s ttl) in a transaction left open, until the
+   * committed grant has lapsed: from then on an attempt to take the key over blocks on that
+   * transaction's row lock.
+   */
   async function lockRow(key: string, holder: { owner: string; epoch: bigint }) {
     const blocker = await db.pool.connect();
     await blocker.query('BEGIN');
@@ -71,6 +77,7 @@ describe('errors', () => {
       holder.epoch.toString(),
       '30 seconds',
     ]);
+    await sleep(1_200);
     return async () => {
       await blocker.query('COMMIT');
       blocker.release();
@@ -79,7 +86,7 @@ describe('errors', () => {
 
   test('a statement_timeout that stops an attempt is rethrown untouched, not taken for an acquire timeout', async () => {
     const key = uniqueKey();
-    const holder = (await client.acquire(key, { ttl: '30s' }))!;
+    const holder = (await client.acquire(key, { ttl: '1s' }))!;
     const unlock = await lockRow(key, holder);
     const impatient = new pg.Pool({
       connectionString: db.url,
@@ -105,7 +112,7 @@ describe('errors', () => {
 
   test('an attempt cancelled from outside is rethrown untouched and leaves the key as it was', async () => {
     const key = uniqueKey();
-    const holder = (await client.acquire(key, { ttl: '30s' }))!;
+    const holder = (await client.acquire(key, { ttl: '1s' }))!;
     const unlock = await lockRow(key, holder);
     try {
       const waiting = client.acquire(key, { ttl: '30s', wait: '20s' }).then(

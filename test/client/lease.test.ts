@@ -194,7 +194,27 @@ describe('renew and release on a handle', () => {
     await lease.release();
     const other = (await client.acquire(key, { ttl: '30s' }))!;
     await assert.rejects(lease.renew(), (error: LeaseError) => error.code === 'lease_released');
+    // Thrown, the release reason carries a stack of the call that hit it.
+    const thrown = (await lease.renew().then(
+      () => undefined,
+      (error: unknown) => error,
+    )) as LeaseError;
+    assert.match(thrown.stack ?? '', /\n\s+at /);
     await other.release();
+  });
+
+  test('expiresAt is the server expiry truncated to the millisecond, also centuries ahead', async () => {
+    for (const ttl of ['30s', '490 years', '999 years']) {
+      const key = uniqueKey();
+      const lease = (await client.acquire(key, { ttl }))!;
+      const { rows } = await db.pool.query<{ ms: string }>(
+        `SELECT (trunc(EXTRACT(EPOCH FROM expires_at) * 1000))::text AS ms
+           FROM lease.leases WHERE key = $1`,
+        [key],
+      );
+      assert.equal(String(lease.expiresAt.getTime()), rows[0]!.ms, ttl);
+      await lease.release();
+    }
   });
 
   test('renew after another owner took over reports not_owner and loses the handle', async () => {

@@ -42,11 +42,12 @@ interface Session {
   state: string | null;
   query: string;
   inTransaction: boolean;
+  waitEventType: string | null;
 }
 
 async function sessionsOf(app: string): Promise<Session[]> {
   const { rows } = await db.pool.query<Session>(
-    `SELECT pid, state, query,
+    `SELECT pid, state, query, wait_event_type AS "waitEventType",
             (xact_start IS NOT NULL OR backend_xid IS NOT NULL) AS "inTransaction"
        FROM pg_stat_activity WHERE application_name = $1`,
     [app],
@@ -215,11 +216,12 @@ describe('acquire with wait, outside any transaction', { concurrency: true }, ()
 
   test('an abort cancels an attempt stuck behind another transaction’s row lock', async () => {
     const key = uniqueKey('wait-abort-locked');
-    const holder = (await admin.acquire(key, { ttl: '1 hour' }))!;
+    const holder = (await admin.acquire(key, { ttl: '1s' }))!;
     const blocker = await db.pool.connect();
     const { client, pool, app } = waiterClient();
     try {
-      // An open transaction that changed the key's row: every attempt blocks on its lock.
+      // The holder's renew, left uncommitted: once the committed grant has lapsed, every
+      // attempt to take the key over blocks on that transaction's row lock.
       await blocker.query('BEGIN');
       await blocker.query('SELECT * FROM lease.renew($1, $2, $3, $4)', [
         key,
@@ -227,12 +229,15 @@ describe('acquire with wait, outside any transaction', { concurrency: true }, ()
         holder.epoch.toString(),
         '1 hour',
       ]);
+      await sleep(1_200);
       const controller = new AbortController();
       const waiting = settle(
         client.acquire(key, { ttl: '30s', wait: '1 min', signal: controller.signal }),
       );
       await waitFor('an attempt waits for the row lock', async () =>
-        (await sessionsOf(app)).some((s) => s.state === 'active' && /lease\.acquire/.test(s.query)),
+        (await sessionsOf(app)).some(
+          (s) => s.waitEventType === 'Lock' && /lease\.acquire/.test(s.query),
+        ),
       );
       controller.abort();
       const { error } = await waiting;
@@ -246,6 +251,38 @@ describe('acquire with wait, outside any transaction', { concurrency: true }, ()
       await blocker.query('ROLLBACK').catch(() => undefined);
       blocker.release();
       await holder.release();
+      await client.end();
+      await pool.end();
+    }
+  });
+
+  test('a waiter does not queue behind the holder’s fenced transaction: it polls, then gets the key', async () => {
+    const key = uniqueKey('wait-fenced');
+    const holder = (await admin.acquire(key, { ttl: '1 hour' }))!;
+    const fenced = await db.pool.connect();
+    const { client, pool, app } = waiterClient({ pollInterval: 20 });
+    try {
+      // The holder's open fenced transaction keeps a share lock on the key's row.
+      await fenced.query('BEGIN');
+      await fenced.query('SELECT lease.fence($1, $2)', [key, holder.epoch.toString()]);
+      const waiting = settle(client.acquire(key, { ttl: '30s', wait: '1 min' }));
+      // Past the first attempts (and the watch that could not mark the locked row):
+      await sleep(500);
+      const blocked = await db.pool.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+        [app],
+      );
+      assert.equal(blocked.rows[0].n, 0, 'an attempt waited for the fenced transaction');
+      await fenced.query('COMMIT');
+      await holder.release();
+      const { value, error } = await waiting;
+      assert.ok(value, `the waiter got nothing: ${String(error)}`);
+      assert.equal(value.epoch, holder.epoch + 2n);
+      await value.release();
+    } finally {
+      await fenced.query('ROLLBACK').catch(() => undefined);
+      fenced.release();
       await client.end();
       await pool.end();
     }

@@ -80,6 +80,21 @@ describe('what CREATE EXTENSION makes', () => {
     await release(db.pool, key, 'holder', grant.epoch);
   });
 
+  test('no other role may use the domains, so no table of theirs can hold up DROP EXTENSION', async () => {
+    const role = await createRole(db, 'GRANT CREATE ON DATABASE %D TO %I');
+    try {
+      const client = await role.connect();
+      await client.query('CREATE SCHEMA mine');
+      for (const domain of ['lease.key_text', 'lease.owner_text', 'lease.epoch_number']) {
+        const error = await pgError(client.query(`CREATE TABLE mine.t (c ${domain})`));
+        assert.equal(error.code, '42501', `${domain}: ${error.message}`);
+      }
+      await client.query('DROP SCHEMA mine');
+    } finally {
+      await role.drop();
+    }
+  });
+
   test("the one table has the contract's columns with key as primary key", async () => {
     const table = await leaseTable(db.pool);
     const { rows } = await db.pool.query(

@@ -93,6 +93,27 @@ describe('lease.watch', { concurrency: false }, () => {
     assert.equal(notified.includes(unwatched), false);
   });
 
+  test('watch never waits for a row lock: under a fenced transaction it marks nothing and says so', async () => {
+    const key = uniqueKey('watch-fenced');
+    const grant = await acquire(db.pool, key, 'holder', '1 min');
+    const fenced = await db.pool.connect();
+    try {
+      await fenced.query('BEGIN');
+      await fenced.query('SELECT lease.fence($1, $2)', [key, String(grant.epoch)]);
+      const { rows } = await db.pool.query('SELECT * FROM lease.watch($1, $2)', [key, '30 seconds']);
+      assert.deepEqual([rows[0].held, rows[0].notifies], [true, false]);
+      assert.equal(await watchedUntil(key), null);
+      await fenced.query('COMMIT');
+      const again = await db.pool.query('SELECT * FROM lease.watch($1, $2)', [key, '30 seconds']);
+      assert.deepEqual([again.rows[0].held, again.rows[0].notifies], [true, true]);
+      assert.ok((await watchedUntil(key))! > new Date());
+    } finally {
+      await fenced.query('ROLLBACK').catch(() => undefined);
+      fenced.release();
+    }
+    await release(db.pool, key, 'holder', grant.epoch);
+  });
+
   test('a mark runs out: releases after it notify nobody', async () => {
     const key = uniqueKey('expired-mark');
     const grant = await acquire(db.pool, key, 'holder', '1 min');
@@ -107,7 +128,9 @@ describe('lease.watch', { concurrency: false }, () => {
     const grant = await acquire(db.pool, key, 'holder', '1 min');
     await release(db.pool, key, 'holder', grant.epoch);
     const { rows } = await db.pool.query('SELECT * FROM lease.watch($1, $2)', [key, '30 seconds']);
-    assert.deepEqual(rows, [{ held: false, owner: null, epoch: String(grant.epoch! + 1n), expires_at: null }]);
+    assert.deepEqual(rows, [
+      { held: false, owner: null, epoch: String(grant.epoch! + 1n), expires_at: null, notifies: false },
+    ]);
     assert.equal(await watchedUntil(key), null);
     const never = await db.pool.query('SELECT * FROM lease.watch($1, $2)', [uniqueKey('never'), '1s']);
     assert.equal(never.rowCount, 0);

@@ -56,12 +56,15 @@ REVOKE ALL ON FUNCTION lease._wake(text) FROM PUBLIC;
  *
  * The write keeps the key's row locked until the caller's transaction
  * ends, which delays the holder's renew and release that long: call it
- * outside an explicit transaction, as the client does.
+ * outside an explicit transaction, as the client does.  It never waits
+ * for a row lock itself (SKIP LOCKED); notifies says whether the mark
+ * stands.
  */
 CREATE OR REPLACE FUNCTION lease.watch(
     p_key  text,
     p_wait interval)
-    RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
+    RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz,
+                   notifies boolean)
     LANGUAGE plpgsql
     VOLATILE
     SECURITY DEFINER
@@ -69,18 +72,36 @@ CREATE OR REPLACE FUNCTION lease.watch(
     ROWS 1
 AS $function$
 DECLARE
-    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_now   CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_held  boolean;
+    v_fresh boolean;
 BEGIN
     PERFORM lease._validate('acquire'::text, p_key, 'watch'::text, NULL::bigint,
                             interval '1 second', p_wait);
 
-    -- §10 Waiting: mark a held key, at most once per half mark.
-    UPDATE lease.leases AS l
-       SET watched_until = v_now + p_wait
-     WHERE l.key = p_key COLLATE pg_catalog."C"
-       AND l.owner IS NOT NULL
-       AND l.expires_at > v_now
-       AND (l.watched_until IS NULL OR l.watched_until < v_now + p_wait / 2);
+    SELECT l.owner IS NOT NULL AND l.expires_at > v_now,
+           l.watched_until >= v_now + p_wait / 2
+      INTO v_held, v_fresh
+      FROM lease.leases AS l
+     WHERE l.key = p_key COLLATE pg_catalog."C";
+
+    -- §10 Waiting: mark a held key, at most once per half mark, and only a
+    -- row nobody has locked: a fenced transaction holds its key's row for
+    -- as long as it runs, and a waiter must not queue behind it.  Unmarked,
+    -- the caller learns notifies = false and polls instead.  A mark already
+    -- committed is read by any later release, locked row or not.
+    IF v_held AND v_fresh IS NOT TRUE THEN
+        UPDATE lease.leases AS l
+           SET watched_until = v_now + p_wait
+         WHERE l.key = (SELECT c.key
+                          FROM lease.leases AS c
+                         WHERE c.key = p_key COLLATE pg_catalog."C"
+                           AND c.owner IS NOT NULL
+                           AND c.expires_at > v_now
+                           FOR NO KEY UPDATE SKIP LOCKED)
+           AND l.key = p_key COLLATE pg_catalog."C";
+        v_fresh := FOUND;
+    END IF;
 
     -- inspect's view (§4 inspect), read after the mark.
     SELECT l.owner, l.epoch, l.expires_at
@@ -95,10 +116,11 @@ BEGIN
         owner := NULL;
         expires_at := NULL;
     END IF;
+    notifies := held AND v_fresh IS TRUE;
     RETURN NEXT;
 END;
 $function$;
 
 COMMENT ON FUNCTION lease.watch(text, interval) IS
     'watch(key, wait): while key is held, have its releases notify channel pg_lease (payload: the key) for at least wait; '
-    'returns what inspect(key) returns. For waiting outside a transaction: LISTEN pg_lease, watch, sleep until notified or the expiry, acquire';
+    'returns what inspect(key) returns, and notifies: whether a release will notify (false while another transaction has the row locked, e.g. a fenced one: poll then). For waiting outside a transaction: LISTEN pg_lease, watch, sleep until notified or the expiry, acquire';

@@ -4,8 +4,8 @@
  * default privileges (ALTER DEFAULT PRIVILEGES, by a superuser for its own
  * objects, or by the installing role in a bundle install) add grants when
  * an object is created, and a 0.1.0 installation may hold grants made
- * since.  So every relation and function in schema lease ends with exactly
- * these: its owner's, and EXECUTE for PUBLIC on the API (the functions
+ * since.  So every relation, domain and function in schema lease ends with
+ * exactly these: its owner's, and EXECUTE for PUBLIC on the API (the functions
  * whose names do not start with "_"; lease.purge instead keeps EXECUTE for
  * the extension's owner and whom it granted it to); nobody may read or
  * write the table directly.  A fresh install and an update therefore end alike.
@@ -37,6 +37,17 @@ BEGIN
                     AND (a.grantor <> p.proowner
                          OR a.grantee = (SELECT e.extowner FROM pg_catalog.pg_extension AS e
                                           WHERE e.extname = 'pg_lease')))
+        UNION
+        -- The table's domains: a column of another role's table of one of them
+        -- would make DROP EXTENSION fail (or take that column with CASCADE).
+        SELECT 'DOMAIN ' || t.oid::pg_catalog.regtype::text,
+               CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END
+          FROM pg_catalog.pg_type AS t
+          CROSS JOIN LATERAL pg_catalog.aclexplode(
+                   COALESCE(t.typacl, pg_catalog.acldefault('T', t.typowner))) AS a
+         WHERE t.typnamespace = 'lease'::pg_catalog.regnamespace
+           AND t.typtype = 'd'
+           AND a.grantee <> t.typowner
     LOOP
         EXECUTE 'REVOKE ALL ON ' || v_object.name || ' FROM ' || v_object.grantee || ' CASCADE';
     END LOOP;

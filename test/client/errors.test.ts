@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import {
   ACQUIRE_TIMEOUT_MESSAGE,
@@ -12,6 +11,7 @@ import {
 } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { uniqueKey, waitFor } from '../support/helpers.js';
+import { blockTakeovers } from '../support/lease-calls.js';
 
 let db: TestDatabase;
 let client: LeaseClient;
@@ -63,31 +63,10 @@ describe('errors', () => {
    * An open transaction that renewed the key keeps its row locked: the waiter's next attempt
    * then runs, blocked, until something ends it.
    */
-  /**
-   * Renews the holder's grant (taken with a 1 s ttl) in a transaction left open, until the
-   * committed grant has lapsed: from then on an attempt to take the key over blocks on that
-   * transaction's row lock.
-   */
-  async function lockRow(key: string, holder: { owner: string; epoch: bigint }) {
-    const blocker = await db.pool.connect();
-    await blocker.query('BEGIN');
-    await blocker.query('SELECT * FROM lease.renew($1, $2, $3, $4)', [
-      key,
-      holder.owner,
-      holder.epoch.toString(),
-      '30 seconds',
-    ]);
-    await sleep(1_200);
-    return async () => {
-      await blocker.query('COMMIT');
-      blocker.release();
-    };
-  }
-
   test('a statement_timeout that stops an attempt is rethrown untouched, not taken for an acquire timeout', async () => {
     const key = uniqueKey();
     const holder = (await client.acquire(key, { ttl: '1s' }))!;
-    const unlock = await lockRow(key, holder);
+    const blocker = await blockTakeovers(db.pool, key, holder);
     const impatient = new pg.Pool({
       connectionString: db.url,
       options: '-c statement_timeout=300',
@@ -103,7 +82,8 @@ describe('errors', () => {
       assert.equal(error.code, SQLSTATE.QUERY_CANCELED);
       assert.match(error.message, /statement timeout/);
     } finally {
-      await unlock();
+      await blocker.commit();
+      await blocker.close();
       await impatient.end();
     }
     assert.equal((await client.inspect(key))?.owner, holder.owner);
@@ -113,7 +93,7 @@ describe('errors', () => {
   test('an attempt cancelled from outside is rethrown untouched and leaves the key as it was', async () => {
     const key = uniqueKey();
     const holder = (await client.acquire(key, { ttl: '1s' }))!;
-    const unlock = await lockRow(key, holder);
+    const blocker = await blockTakeovers(db.pool, key, holder);
     try {
       const waiting = client.acquire(key, { ttl: '30s', wait: '20s' }).then(
         () => assert.fail('acquired a held key'),
@@ -127,7 +107,8 @@ describe('errors', () => {
       assert.equal(error.code, SQLSTATE.QUERY_CANCELED);
       assert.match(error.message, /user request/);
     } finally {
-      await unlock();
+      await blocker.commit();
+      await blocker.close();
     }
     const state = await client.inspect(key);
     assert.equal(state?.owner, holder.owner);

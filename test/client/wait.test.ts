@@ -14,6 +14,7 @@ import {
 } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { uniqueKey, waitFor } from '../support/helpers.js';
+import { blockTakeovers } from '../support/lease-calls.js';
 
 let db: TestDatabase;
 let admin: LeaseClient;
@@ -217,19 +218,9 @@ describe('acquire with wait, outside any transaction', { concurrency: true }, ()
   test('an abort cancels an attempt stuck behind another transaction’s row lock', async () => {
     const key = uniqueKey('wait-abort-locked');
     const holder = (await admin.acquire(key, { ttl: '1s' }))!;
-    const blocker = await db.pool.connect();
     const { client, pool, app } = waiterClient();
+    const blocker = await blockTakeovers(db.pool, key, holder);
     try {
-      // The holder's renew, left uncommitted: once the committed grant has lapsed, every
-      // attempt to take the key over blocks on that transaction's row lock.
-      await blocker.query('BEGIN');
-      await blocker.query('SELECT * FROM lease.renew($1, $2, $3, $4)', [
-        key,
-        holder.owner,
-        holder.epoch.toString(),
-        '1 hour',
-      ]);
-      await sleep(1_200);
       const controller = new AbortController();
       const waiting = settle(
         client.acquire(key, { ttl: '30s', wait: '1 min', signal: controller.signal }),
@@ -245,11 +236,10 @@ describe('acquire with wait, outside any transaction', { concurrency: true }, ()
       await waitFor('no statement of the waiter is running', async () =>
         (await sessionsOf(app)).every((s) => s.state !== 'active'),
       );
-      await blocker.query('COMMIT');
+      await blocker.commit();
       assert.equal((await admin.inspect(key))?.owner, holder.owner);
     } finally {
-      await blocker.query('ROLLBACK').catch(() => undefined);
-      blocker.release();
+      await blocker.close();
       await holder.release();
       await client.end();
       await pool.end();

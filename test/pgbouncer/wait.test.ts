@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { LeaseAbortedError, LeaseClient } from '../../src/index.js';
 import { uniqueKey } from '../support/helpers.js';
+import { blockTakeovers } from '../support/lease-calls.js';
 import { bouncedPool, skipWithoutPgBouncer, startBounced, type Bounced } from './support.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -79,18 +80,8 @@ describe('cancelling through PgBouncer', { skip }, () => {
     const key = uniqueKey('pgbouncer-cancel');
     const holderClient = bouncedClient();
     const holder = (await holderClient.acquire(key, { ttl: '1s' }))!;
-    const blocker = await direct.connect();
+    const blocker = await blockTakeovers(direct, key, holder);
     try {
-      // The holder's renew, left uncommitted: once the committed grant has lapsed, every
-      // attempt to take the key over blocks on that transaction's row lock.
-      await blocker.query('BEGIN');
-      await blocker.query('SELECT * FROM lease.renew($1, $2, $3, $4)', [
-        key,
-        holder.owner,
-        holder.epoch.toString(),
-        '1 hour',
-      ]);
-      await sleep(1_200);
       const waiter = bouncedClient();
       for (let i = 0; i < 25; i++) {
         const controller = new AbortController();
@@ -99,7 +90,7 @@ describe('cancelling through PgBouncer', { skip }, () => {
         controller.abort();
         await assert.rejects(waiting, LeaseAbortedError);
       }
-      await blocker.query('COMMIT');
+      await blocker.commit();
       // PgBouncer still serves: the holder renews through it, and nothing was granted.
       const renewed = await holderClient.renew(key, {
         owner: holder.owner,
@@ -109,8 +100,7 @@ describe('cancelling through PgBouncer', { skip }, () => {
       assert.equal(renewed.status, 'ok');
       await holderClient.release(key, { owner: holder.owner, epoch: holder.epoch });
     } finally {
-      await blocker.query('ROLLBACK').catch(() => undefined);
-      blocker.release();
+      await blocker.close();
     }
   });
 });

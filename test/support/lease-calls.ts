@@ -313,3 +313,46 @@ export async function serverVersionNum(db: Queryable): Promise<number> {
   const { rows } = await db.query(`SELECT current_setting('server_version_num')::int AS v`);
   return (rows[0] as { v: number }).v;
 }
+
+/** A transaction left open on a lease's row by {@link blockTakeovers}. */
+export interface OpenRenew {
+  /** Commits the renew: the holder keeps the key, renewed. */
+  commit(): Promise<void>;
+  /** Rolls back if not committed, and gives the connection back. For `finally`. */
+  close(): Promise<void>;
+}
+
+/**
+ * Makes every attempt to take `key` over block on a row lock: renews the holder's grant in a
+ * transaction left open, and waits until the committed grant (taken with a ttl of at most
+ * `lapseMs`) has lapsed. A takeover of a lapsed key must lock the row; a denied acquire of a
+ * held key, an inspect or a watch never waits for it.
+ */
+export async function blockTakeovers(
+  pool: pg.Pool,
+  key: string,
+  holder: { owner: string; epoch: bigint },
+  lapseMs = 1_200,
+): Promise<OpenRenew> {
+  const blocker = await pool.connect();
+  let open = true;
+  await blocker.query('BEGIN');
+  await blocker.query('SELECT * FROM lease.renew($1, $2, $3, $4)', [
+    key,
+    holder.owner,
+    holder.epoch.toString(),
+    '1 hour',
+  ]);
+  await new Promise((resolve) => setTimeout(resolve, lapseMs));
+  return {
+    async commit() {
+      await blocker.query('COMMIT');
+      open = false;
+    },
+    async close() {
+      if (open) await blocker.query('ROLLBACK').catch(() => undefined);
+      open = false;
+      blocker.release();
+    },
+  };
+}

@@ -1,0 +1,16 @@
+-- W1-cycle, lease arm: acquire, renew and release a key private to this client, each call
+-- its own autocommit transaction (three commits), as a worker that takes, heartbeats and
+-- gives back a lease does. A call that does not succeed aborts the client (1/0), so a
+-- broken run can never pass as a fast one.
+SELECT acquired, epoch FROM lease_noset.acquire('w1-k03-' || :client_id::text, 'bench-' || :client_id::text, interval '5 minutes') \gset lease_noset_
+\if NOT :lease_noset_acquired
+\set lease_noset_failed 1/0
+\endif
+SELECT status = 'ok' AS ok FROM lease_noset.renew('w1-k03-' || :client_id::text, 'bench-' || :client_id::text, :lease_noset_epoch, interval '5 minutes') \gset lease_noset_
+\if NOT :lease_noset_ok
+\set lease_noset_failed 1/0
+\endif
+SELECT status = 'ok' AS ok FROM lease_noset.release('w1-k03-' || :client_id::text, 'bench-' || :client_id::text, :lease_noset_epoch) \gset lease_noset_
+\if NOT :lease_noset_ok
+\set lease_noset_failed 1/0
+\endif

@@ -1,6 +1,6 @@
 /**
- * The client: pg_lease's four SQL functions over node-postgres. It validates input and keeps
- * time for handles; every decision about a lease is the server's.
+ * The client: pg_lease's SQL API over node-postgres. It validates input, keeps time for
+ * handles and waits between attempts; every decision about a lease is the server's.
  */
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';

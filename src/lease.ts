@@ -298,11 +298,15 @@ export class Lease implements AsyncDisposable {
   #armDeadline(): void {
     clearTimeout(this.#timer);
     const left = this.#deadline - performance.now();
-    if (left <= 0) {
+    // Timers have whole milliseconds: the last one is aimed at most 1 ms early and the loss
+    // taken then, never a re-armed millisecond late. A waiter elsewhere can be granted the key
+    // within a millisecond of the server expiry, which the deadline precedes by little more
+    // than the renew's trip to the server.
+    if (left < 1) {
       this.#lose('expired', this.#lastFailure);
       return;
     }
-    this.#timer = setTimeout(() => this.#armDeadline(), Math.min(Math.ceil(left), MAX_TIMER_MS));
+    this.#timer = setTimeout(() => this.#armDeadline(), Math.min(Math.floor(left), MAX_TIMER_MS));
     this.#timer.unref();
   }
 

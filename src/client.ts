@@ -40,6 +40,7 @@ import { defaultOwner } from './owner.js';
 import { dateFromMs, STATEMENTS, type Statement } from './statements.js';
 import { validateInput } from './validation.js';
 import {
+  isPool,
   runCancellable,
   Waiting,
   type AttemptResult,
@@ -809,10 +810,6 @@ async function runOutsideTransaction<R extends pg.QueryResultRow>(
   }
   if (unconfirmed) throw unconfirmed;
   return rows;
-}
-
-function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {
-  return 'totalCount' in db && typeof (db as pg.Pool).connect === 'function';
 }
 
 /**

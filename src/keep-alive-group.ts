@@ -15,11 +15,10 @@
  * (a driver error) is retried for that member sooner, together with the others that failed.
  */
 import { performance } from 'node:perf_hooks';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { LeaseError } from './errors.js';
 import {
   keepAliveIntervalMs,
-  MAX_TIMER_MS,
+  sleepUntilStopped,
   type KeepAliveOptions,
   type Scheduler,
 } from './keeper.js';
@@ -178,18 +177,7 @@ class Bucket {
     }
   }
 
-  /** Waits, chaining timers past Node's limit; false once stopped. Never keeps the process alive. */
-  async #wait(ms: number): Promise<boolean> {
-    let left = ms;
-    while (left > 0) {
-      const step = Math.min(left, MAX_TIMER_MS);
-      try {
-        await sleep(step, undefined, { signal: this.#stop.signal, ref: false });
-      } catch {
-        return false;
-      }
-      left -= step;
-    }
-    return !this.#stop.signal.aborted;
+  #wait(ms: number): Promise<boolean> {
+    return sleepUntilStopped(ms, this.#stop.signal);
   }
 }

@@ -92,18 +92,25 @@ export class Keeper implements Scheduler {
     return this.#intervalMs ?? this.#ttlMs() / 3;
   }
 
-  /** Waits, chaining timers past Node's limit; false once stopped. Never keeps the process alive. */
-  async #wait(ms: number): Promise<boolean> {
-    let left = ms;
-    while (left > 0) {
-      const step = Math.min(left, MAX_TIMER_MS);
-      try {
-        await sleep(step, undefined, { signal: this.#stop.signal, ref: false });
-      } catch {
-        return false;
-      }
-      left -= step;
-    }
-    return !this.#stop.signal.aborted;
+  #wait(ms: number): Promise<boolean> {
+    return sleepUntilStopped(ms, this.#stop.signal);
   }
+}
+
+/**
+ * Waits `ms`, chaining timers past Node's limit; resolves false once `stop` aborts, else true.
+ * Never keeps the process alive. @internal
+ */
+export async function sleepUntilStopped(ms: number, stop: AbortSignal): Promise<boolean> {
+  let left = ms;
+  while (left > 0) {
+    const step = Math.min(left, MAX_TIMER_MS);
+    try {
+      await sleep(step, undefined, { signal: stop, ref: false });
+    } catch {
+      return false;
+    }
+    left -= step;
+  }
+  return !stop.aborted;
 }

@@ -36,8 +36,8 @@ function MICROSECONDS(parameter: string): string {
  * clock_timestamp() of the statement is later than the client's send, which is all the
  * deadline needs.
  */
-function REMAINING_US(alias: string): string {
-  return `pg_catalog.date_part('epoch', ${alias}.expires_at - pg_catalog.clock_timestamp()) * 1000000 AS remaining_us`;
+export function REMAINING_US(alias: string): string {
+  return `pg_catalog.date_part('epoch', ${alias}.expires_at - pg_catalog.clock_timestamp()) * 1000000`;
 }
 
 /**
@@ -60,7 +60,7 @@ export function dateFromMs(ms: number | null): Date | null {
  * holding no transaction (see wait.ts), so it never passes the SQL `wait`.
  */
 function ACQUIRE(follow = ''): string {
-  return `SELECT a.acquired, a.epoch::text AS epoch, ${EXPIRES_MS('a')}, ${REMAINING_US('a')}${follow}
+  return `SELECT a.acquired, a.epoch::text AS epoch, ${EXPIRES_MS('a')}, ${REMAINING_US('a')} AS remaining_us${follow}
        FROM lease.acquire($1, $2, ${MICROSECONDS('$3')}) AS a`;
 }
 
@@ -73,7 +73,7 @@ function ACQUIRE(follow = ''): string {
 function FOLLOW(call: string, notifies: string): string {
   return `, CASE WHEN NOT a.acquired THEN (
            SELECT pg_catalog.json_build_object('held', i.held, 'notifies', ${notifies}, 'remaining_us',
-                    pg_catalog.date_part('epoch', i.expires_at - pg_catalog.clock_timestamp()) * 1000000)
+                    ${REMAINING_US('i')})
              FROM ${call} AS i) END AS holder`;
 }
 
@@ -87,7 +87,7 @@ export const STATEMENTS = {
   acquireInspecting: statement('acquire_inspecting', ACQUIRE(FOLLOW('lease.inspect($1)', 'false'))),
   renew: statement(
     'renew',
-    `SELECT r.status, ${EXPIRES_MS('r')}, ${REMAINING_US('r')}
+    `SELECT r.status, ${EXPIRES_MS('r')}, ${REMAINING_US('r')} AS remaining_us
        FROM lease.renew($1, $2, $3::bigint, ${MICROSECONDS('$4')}) AS r`,
   ),
   release: statement('release', 'SELECT r.status FROM lease.release($1, $2, $3::bigint) AS r'),
@@ -97,17 +97,17 @@ export const STATEMENTS = {
   ),
   measureDeadline: statement(
     'measure_deadline',
-    `SELECT i.owner, i.epoch::text AS epoch, ${REMAINING_US('i')}
+    `SELECT i.owner, i.epoch::text AS epoch, ${REMAINING_US('i')} AS remaining_us
        FROM lease.inspect($1) AS i WHERE i.held`,
   ),
   acquireMany: statement(
     'acquire_many',
-    `SELECT a.key, a.acquired, a.epoch::text AS epoch, ${EXPIRES_MS('a')}, ${REMAINING_US('a')}
+    `SELECT a.key, a.acquired, a.epoch::text AS epoch, ${EXPIRES_MS('a')}, ${REMAINING_US('a')} AS remaining_us
        FROM lease.acquire_many($1::text[], $2, ${MICROSECONDS('$3')}) AS a`,
   ),
   renewMany: statement(
     'renew_many',
-    `SELECT r.key, r.status, ${EXPIRES_MS('r')}, ${REMAINING_US('r')}
+    `SELECT r.key, r.status, ${EXPIRES_MS('r')}, ${REMAINING_US('r')} AS remaining_us
        FROM lease.renew_many($1::text[], $2, $3::bigint[], ${MICROSECONDS('$4')}) AS r`,
   ),
   releaseMany: statement(

@@ -25,6 +25,8 @@ import pg from 'pg';
 import { durationMicroseconds, type Duration } from './duration.js';
 import type { LeaseState } from './client.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
+import { MAX_TIMER_MS } from './keeper.js';
+import { REMAINING_US } from './statements.js';
 
 /** The channel releases notify on; the payload is the key. */
 export const NOTIFY_CHANNEL = 'pg_lease';
@@ -36,8 +38,6 @@ const WATCH_MS = 60_000;
 const PROBE_TIMEOUT_MS = 2_000;
 /** How long the listening connection stays after its last waiter, for the next one. */
 const LINGER_MS = 2_000;
-/** Longest delay Node's timers accept. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * How waiters of a {@link LeaseClient} learn that a key was released.
@@ -262,7 +262,7 @@ export class Waiting {
             remaining_us: number | null;
           }>(
             `SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at, ${listening ? 'i.notifies' : 'false AS notifies'},
-                    pg_catalog.date_part('epoch', i.expires_at - pg_catalog.clock_timestamp()) * 1000000 AS remaining_us
+                    ${REMAINING_US('i')} AS remaining_us
                FROM ${call} AS i`,
             [key],
           ),
@@ -649,6 +649,7 @@ function sendCancelRequest(connection: pg.ClientBase): Promise<void> {
   });
 }
 
-function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {
+/** Whether `db` is a pool (the client's calls then each take a connection of it). @internal */
+export function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {
   return 'totalCount' in db && typeof (db as pg.Pool).connect === 'function';
 }

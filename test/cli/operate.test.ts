@@ -167,10 +167,16 @@ describe('pg-lease watch', () => {
       const command = [CLI, 'watch', '--url', db.url, '--prefix', prefix, '--interval', '100ms']
         .map((arg) => `'${arg.replace(/'/g, `'\\''`)}'`)
         .join(' ');
-      // script(1) runs the command in a new pseudo-terminal and copies its own stdin there.
-      const child = spawn('script', ['-qfec', `'${process.execPath}' ${command}`, '/dev/null'], {
-        env: { ...process.env, TERM: 'xterm' },
-      });
+      // script(1) runs the command through $SHELL in a new pseudo-terminal and copies its own
+      // stdin there. `exec` puts node in the shell's place: a non-interactive dash that stayed
+      // to wait would itself die of the Ctrl-C, and script would report that (130), not node.
+      const child = spawn(
+        'script',
+        ['-qfec', `exec '${process.execPath}' ${command}`, '/dev/null'],
+        {
+          env: { ...process.env, TERM: 'xterm' },
+        },
+      );
       let output = '';
       child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
       const exited = new Promise<number | null>((resolve) => child.once('close', resolve));

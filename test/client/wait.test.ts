@@ -56,6 +56,15 @@ async function sessionsOf(app: string): Promise<Session[]> {
   return rows;
 }
 
+/** Whether a waiter has marked the key watched: it listens, and sleeps between attempts. */
+async function watched(key: string): Promise<boolean> {
+  const { rows } = await db.pool.query<{ watched: boolean }>(
+    'SELECT watched_until > now() AS watched FROM lease.leases WHERE key = $1',
+    [key],
+  );
+  return rows[0]?.watched === true;
+}
+
 /** Resolves with how the promise settled, without letting a rejection go unhandled. */
 function settle<T>(promise: Promise<T>): Promise<{ value?: T; error?: unknown }> {
   return promise.then(
@@ -192,7 +201,9 @@ describe('acquire with wait, outside any transaction', { concurrency: true }, ()
       const waiting = settle(
         client.acquire(key, { ttl: '30s', wait: '1 min', signal: controller.signal }),
       );
-      await sleep(300);
+      // Aborted while it sleeps, with nothing of its own in flight: the listening connection
+      // is set up (its probe done) and the key watched.
+      await waitFor('the waiter watches the key', () => watched(key));
       const reason = new Error('shutting down');
       controller.abort(reason);
       const abortedAt = performance.now();

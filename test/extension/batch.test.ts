@@ -337,6 +337,54 @@ describe('each key of a batch gets exactly the single call’s result', () => {
   });
 });
 
+describe('batches read lease.leases by index, whatever its size', () => {
+  test('acquire_many, renew_many and release_many of 1000 keys among 40000 rows read no row by a sequential scan', async () => {
+    // A database of its own: 40000 rows bring autovacuum, which the other tests' row
+    // comparisons (xmin and ctid) must not meet.
+    const own = await createTestDatabase();
+    try {
+      const crowd = Array.from({ length: 39_000 }, (_, i) => `crowd-${i}`);
+      for (let i = 0; i < crowd.length; i += 10_000)
+        await acquireMany(own.pool, crowd.slice(i, i + 10_000), 'crowd', '1 hour');
+      const keys = Array.from({ length: 1_000 }, (_, i) => `indexed-${i}`);
+      await acquireMany(own.pool, keys.slice(0, 500), ME, '1 hour');
+      await own.pool.query('ANALYZE lease.leases');
+      const epochs = keys.map(() => 1n);
+      const client = await own.pool.connect();
+      try {
+        await client.query('BEGIN');
+        // Rows this backend read from the table by sequential scans; the counter may carry
+        // earlier transactions' reads not yet reported, so only its growth counts.
+        const seqRead = async () =>
+          Number(
+            (
+              await client.query<{ n: string }>(
+                `SELECT seq_tup_read AS n FROM pg_stat_xact_user_tables
+                  WHERE relid = 'lease.leases'::regclass`,
+              )
+            ).rows[0]!.n,
+          );
+        const calls: [string, () => Promise<{ acquired?: boolean; status?: string }[]>][] = [
+          ['acquire_many', () => acquireMany(client, keys, ME, '1 hour')],
+          ['renew_many', () => renewMany(client, keys, ME, epochs, '1 hour')],
+          ['release_many', () => releaseMany(client, keys, ME, epochs)],
+        ];
+        for (const [name, call] of calls) {
+          const before = await seqRead();
+          const rows = await call();
+          assert.ok(rows.every((row) => row.acquired === true || row.status === 'ok'), name);
+          assert.equal((await seqRead()) - before, 0, `${name} read rows by a sequential scan`);
+        }
+        await client.query('COMMIT');
+      } finally {
+        client.release();
+      }
+    } finally {
+      await own.close();
+    }
+  });
+});
+
 describe('batch input errors are 22023 naming the offending subscripts, and change nothing', () => {
   async function invalid(promise: Promise<unknown>): Promise<string> {
     const error = await pgError(promise);

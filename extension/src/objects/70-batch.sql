@@ -13,6 +13,16 @@
  *   - The result has one row per key, in the order of the input array.
  *   - Input errors (22023) name the offending array subscripts.
  *
+ * A batch reads only its own keys' rows, whatever the table's size: every
+ * read of lease.leases carries "l.key = ANY (p_keys)" besides its join on
+ * the unnested keys, which an index scan of the primary key can search
+ * for, and the functions that read run with enable_seqscan off.  The
+ * planner's costs (a page read from disk for each key's search) had it
+ * read and hash the whole table instead, for a batch of a thousand keys
+ * among 40k rows, and on PostgreSQL 14 also with the ANY: two sequential
+ * scans of 100k rows made renew_many of 1000 keys cost 40 us a key
+ * instead of 11 (bench/ANALYSIS.md, section 5c).
+ *
  * A batch is one statement of the caller's transaction: it commits or
  * rolls back as a whole.
  */
@@ -212,6 +222,7 @@ CREATE OR REPLACE FUNCTION lease.acquire_many(
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET plan_cache_mode = force_custom_plan
+    SET enable_seqscan = off
 AS $function$
 DECLARE
     v_now      CONSTANT timestamptz := pg_catalog.clock_timestamp();
@@ -247,6 +258,7 @@ BEGIN
                    (l.owner = p_owner COLLATE pg_catalog."C" AND l.expires_at > v_now) AS mine
               FROM input AS i
               LEFT JOIN lease.leases AS l ON l.key = i.k COLLATE pg_catalog."C"
+                                         AND l.key = ANY (p_keys)
         ), granted AS (
             INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
             SELECT s.k, p_owner, (SELECT f.epoch + 1 FROM lease.epoch_floor AS f), v_now + p_ttl
@@ -397,6 +409,7 @@ CREATE OR REPLACE FUNCTION lease._renew_or_release_many(
     VOLATILE
     SET search_path = pg_catalog, pg_temp
     SET plan_cache_mode = force_custom_plan
+    SET enable_seqscan = off
 AS $function$
 DECLARE
     v_now      CONSTANT timestamptz := pg_catalog.clock_timestamp();
@@ -417,7 +430,8 @@ BEGIN
           FROM (SELECT l.key
                   FROM ROWS FROM (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_epochs)) WITH ORDINALITY AS i(k, e, n)
                   JOIN lease.leases AS l ON l.key = i.k COLLATE pg_catalog."C"
-                 WHERE (v_first OR v_pending[i.n])
+                 WHERE l.key = ANY (p_keys)
+                   AND (v_first OR v_pending[i.n])
                    AND l.owner = p_owner COLLATE pg_catalog."C"
                    AND l.epoch = i.e
                    AND l.expires_at > v_now
@@ -476,7 +490,8 @@ BEGIN
           INTO v_round_n, v_round_s, v_round_x
           FROM input AS i
           LEFT JOIN written AS w ON w.key = i.k COLLATE pg_catalog."C"
-          LEFT JOIN lease.leases AS l ON l.key = i.k COLLATE pg_catalog."C";
+          LEFT JOIN lease.leases AS l ON l.key = i.k COLLATE pg_catalog."C"
+                                     AND l.key = ANY (p_keys);
 
         IF v_first THEN
             v_statuses := v_round_s;

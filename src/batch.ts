@@ -30,35 +30,29 @@ export interface AcquiredRow {
   remainingMs: number | null;
 }
 
-/** lease.acquire_many for one owner and ttl, in chunks of at most 10000 keys. @internal */
+/** lease.acquire_many for one owner and ttl: one statement, at most 10000 keys. @internal */
 export async function acquireMany(
   run: RunStatement,
   keys: readonly string[],
   owner: string,
   ttlMicroseconds: number,
 ): Promise<AcquiredRow[]> {
-  const rows: AcquiredRow[] = [];
-  for (let start = 0; start < keys.length; start += MAX_BATCH_KEYS) {
-    const chunk = keys.slice(start, start + MAX_BATCH_KEYS);
-    const sentAt = performance.now();
-    const result = await run<{
-      key: string;
-      acquired: boolean;
-      epoch: string | null;
-      expires_ms: number | null;
-      remaining_us: number | null;
-    }>(chunk[0]!, STATEMENTS.acquireMany, [chunk, owner, ttlMicroseconds]);
-    for (const row of result)
-      rows.push({
-        key: row.key,
-        acquired: row.acquired,
-        epoch: row.epoch === null ? null : BigInt(row.epoch),
-        expiresAt: dateFromMs(row.expires_ms),
-        sentAt,
-        remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
-      });
-  }
-  return rows;
+  const sentAt = performance.now();
+  const result = await run<{
+    key: string;
+    acquired: boolean;
+    epoch: string | null;
+    expires_ms: number | null;
+    remaining_us: number | null;
+  }>(keys[0]!, STATEMENTS.acquireMany, [keys, owner, ttlMicroseconds]);
+  return result.map((row) => ({
+    key: row.key,
+    acquired: row.acquired,
+    epoch: row.epoch === null ? null : BigInt(row.epoch),
+    expiresAt: dateFromMs(row.expires_ms),
+    sentAt,
+    remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
+  }));
 }
 
 /** One call waiting in a {@link Coalescer}. */

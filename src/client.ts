@@ -15,6 +15,7 @@ import {
   type AcquireItem,
   type ReleaseItem,
   type RenewItem,
+  type RunStatement,
 } from './batch.js';
 import {
   LeaseAbortedError,
@@ -37,7 +38,7 @@ import {
   type PurgeOptions,
 } from './operations.js';
 import { defaultOwner } from './owner.js';
-import { dateFromMs, STATEMENTS, type Statement } from './statements.js';
+import { dateFromMs, MAX_BATCH_KEYS, STATEMENTS, type Statement } from './statements.js';
 import { validateInput } from './validation.js';
 import {
   isPool,
@@ -205,6 +206,8 @@ export class LeaseClient implements AsyncDisposable {
   readonly #group: KeepAliveGroup;
   readonly #calls: LeaseCalls;
   readonly #waiting: Waiting;
+  /** One statement of the client, as the batch helpers run it. */
+  readonly #run: RunStatement = (key, statement, values) => this.#query(key, statement, values);
 
   /**
    * @param database a `pg.Pool`, a dedicated `pg.Client` (connected, with an `error` listener:
@@ -223,8 +226,7 @@ export class LeaseClient implements AsyncDisposable {
     }
     this.#owner = options.owner;
     this.#prepared = options.preparedStatements ?? true;
-    const run = <R extends object>(key: string, statement: Statement, values: unknown[]) =>
-      this.#query<R & pg.QueryResultRow>(key, statement, values);
+    const run = this.#run;
     const coalesce = options.coalesce ?? false;
     this.#renewer = new Coalescer<RenewItem, RenewCall>(
       byOwnerAndTtl,
@@ -357,6 +359,10 @@ export class LeaseClient implements AsyncDisposable {
    * handles are independent (each its own deadline and `signal`). With `keepAlive`, the shared
    * keep-alive renews them together. Keys must be distinct.
    *
+   * The statements run one after another, and each one's handles are made (and kept alive) as
+   * soon as it answers, so that a call taking longer than the ttl does not lose its first keys.
+   * If a statement fails, the keys granted before it are released and the error is thrown.
+   *
    * @example
    * const shards = ['shard-0', 'shard-1', 'shard-2'];
    * const leases = await client.acquireMany(shards, { ttl: '30s', owner: 'worker-7', keepAlive: true });
@@ -370,45 +376,55 @@ export class LeaseClient implements AsyncDisposable {
     let ttlMicroseconds = 0;
     for (const key of keys)
       ttlMicroseconds = validateInput('acquire', { key, owner, ttl: options.ttl }).ttlMicroseconds;
-    if (keys.length === 0) return [];
-    const rows = await acquireMany(
-      (key, statement, values) => this.#query(key, statement, values),
-      keys,
-      owner,
-      ttlMicroseconds,
-    );
     const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
-    const leases = rows.map((row) =>
-      row.acquired
-        ? new Lease(
-            this.#calls,
-            {
-              key: row.key,
-              owner,
-              epoch: row.epoch!,
-              expiresAt: row.expiresAt!,
-              ttlMicroseconds,
-              deadline: row.sentAt + row.remainingMs!,
-            },
-            keepAlive,
-          )
-        : null,
-    );
-    // The same events as acquire, one per key.
-    for (const [i, row] of rows.entries()) {
-      const waitedMs = performance.now() - row.sentAt;
-      if (row.acquired && observed('acquired'))
-        publish('acquired', {
-          key: row.key,
+    const leases: (Lease | null)[] = [];
+    try {
+      for (let start = 0; start < keys.length; start += MAX_BATCH_KEYS) {
+        const rows = await acquireMany(
+          this.#run,
+          keys.slice(start, start + MAX_BATCH_KEYS),
           owner,
-          epoch: row.epoch!,
-          expiresAt: row.expiresAt!,
-          waitedMs,
-        });
-      else if (!row.acquired && observed('notAcquired'))
-        publish('notAcquired', { key: keys[i]!, owner, reason: 'held', waitedMs });
+          ttlMicroseconds,
+        );
+        for (const row of rows) leases.push(this.#handleOf(row, owner, ttlMicroseconds, keepAlive));
+      }
+    } catch (error) {
+      await Promise.all(leases.map((lease) => lease?.release().catch(() => undefined)));
+      throw error;
     }
     return leases;
+  }
+
+  /** The handle of one key of acquire_many (null when denied), with acquire's events. */
+  #handleOf(
+    row: AcquiredRow,
+    owner: string,
+    ttlMicroseconds: number,
+    keepAlive: KeepAliveOptions | undefined,
+  ): Lease | null {
+    const waitedMs = performance.now() - row.sentAt;
+    if (!row.acquired) {
+      if (observed('notAcquired'))
+        publish('notAcquired', { key: row.key, owner, reason: 'held', waitedMs });
+      return null;
+    }
+    const grant = {
+      key: row.key,
+      owner,
+      epoch: row.epoch!,
+      expiresAt: row.expiresAt!,
+      ttlMicroseconds,
+      deadline: row.sentAt + row.remainingMs!,
+    };
+    if (observed('acquired'))
+      publish('acquired', {
+        key: row.key,
+        owner,
+        epoch: grant.epoch,
+        expiresAt: grant.expiresAt,
+        waitedMs,
+      });
+    return new Lease(this.#calls, grant, keepAlive);
   }
 
   /**

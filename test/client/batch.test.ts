@@ -61,6 +61,55 @@ describe('acquireMany', () => {
     await other!.release();
   });
 
+  /** 10001 keys, two statements; the second waits on the last key's row, which `blocker` inserts uncommitted. */
+  async function blockedSecondStatement(prefix: string) {
+    const keys = Array.from({ length: 10_001 }, (_, i) => `${uniqueKey(prefix)}-${i}`);
+    const blocker = await db.pool.connect();
+    await blocker.query('BEGIN');
+    await blocker.query("SELECT lease.acquire($1, 'blocker', '1 hour')", [keys[10_000]]);
+    return { keys, blocker };
+  }
+
+  test('a call that outlasts the ttl keeps its first keys: each statement’s handles live from its answer', async () => {
+    const client = new LeaseClient(db.pool);
+    const { keys, blocker } = await blockedSecondStatement('outlast');
+    try {
+      const acquiring = client.acquireMany(keys, { ttl: '2s', owner: 'outlast', keepAlive: true });
+      await sleep(5_000); // more than twice the ttl
+      await blocker.query('COMMIT');
+      const leases = await acquiring;
+      assert.equal(leases[10_000], null, 'the blocker committed the last key first');
+      const lost = leases.slice(0, 10_000).filter((lease) => lease === null || lease.lost);
+      assert.equal(lost.length, 0, `kept alive meanwhile: ${String(lost[0]?.lost)}`);
+      assert.equal((await client.inspect(keys[0]!))?.owner, 'outlast');
+      const statuses = await Promise.all(leases.slice(0, 10_000).map((lease) => lease!.release()));
+      assert.ok(statuses.every((status) => status === 'ok'));
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+    }
+  });
+
+  test('when a later statement fails, the keys granted before it are released and the error is thrown', async () => {
+    // lock_timeout fails the second statement, which waits on a row; the first waits on none.
+    const pool = new pg.Pool({ connectionString: db.url, max: 2, options: '-c lock_timeout=300' });
+    const client = new LeaseClient(pool);
+    const { keys, blocker } = await blockedSecondStatement('fails');
+    try {
+      await assert.rejects(client.acquireMany(keys, { ttl: '1 hour', owner: 'fails' }), {
+        code: '55P03',
+      });
+      for (const key of [keys[0]!, keys[9_999]!]) {
+        const state = await client.inspect(key);
+        assert.deepEqual([state?.held, state?.epoch], [false, 2n], `${key} released`);
+      }
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+      await pool.end();
+    }
+  });
+
   test('a repeated key is invalid input and grants nothing', async () => {
     const client = new LeaseClient(db.pool);
     const key = uniqueKey('dup');

@@ -5,14 +5,15 @@
  *
  * Handles are grouped by their renewal interval (keepAlive.interval, or a third of the ttl);
  * each group has one timer, which ticks four times per interval. At a tick every member renews
- * whose last renewal (or acquire) is at least about three quarters of an interval old, so a
- * member renews at the first tick past that point: never later than one interval after the last
- * renewal, and in steady state every three ticks. Handles that join within the same quarter
- * interval renew at the same ticks, so their renewals share statements. Like the per-handle
- * keeper, the group only schedules:
- * each handle still decides for itself, from its own monotonic deadline and the server's
- * answer for its key, whether it is lost, and its own signal fires. A failure that is not a loss
- * (a driver error) is retried for that member sooner, together with the others that failed.
+ * whose last renewal is at least about three quarters of an interval old, so a member renews at
+ * the first tick past that point: never later than one interval after the last renewal, and in
+ * steady state every three ticks. A new member counts from when its grant's ttl started, and
+ * renews as soon as it joins if its grant took that long to arrive. Handles that join within
+ * the same quarter interval renew at the same ticks, so their renewals share statements. Like
+ * the per-handle keeper, the group only schedules: each handle still decides for itself, from
+ * its own monotonic deadline and the server's answer for its key, whether it is lost, and its
+ * own signal fires. A failure that is not a loss (a driver error) is retried for that member
+ * sooner, together with the others that failed.
  */
 import { performance } from 'node:perf_hooks';
 import { LeaseError } from './errors.js';
@@ -80,7 +81,8 @@ class Member implements Scheduler {
     return this.intervalMs ?? this.ttlMs() / 3;
   }
 
-  start(): void {
+  start(since: number): void {
+    this.lastFired = since;
     this.#bucket = this.group.join(this, this.period());
   }
 
@@ -116,6 +118,7 @@ class Member implements Scheduler {
 class Bucket {
   readonly members = new Set<Member>();
   readonly #retrying = new Set<Member>();
+  #overdue: Member[] = [];
   readonly #stop = new AbortController();
   #retryTimer: NodeJS.Timeout | undefined;
 
@@ -129,6 +132,16 @@ class Bucket {
 
   add(member: Member): void {
     this.members.add(member);
+    // A grant that took most of an interval to arrive renews at once, not at a later tick;
+    // the members that join overdue in one turn of the event loop renew together.
+    if (performance.now() - member.lastFired < this.#dueAfterMs()) return;
+    this.#overdue.push(member);
+    if (this.#overdue.length === 1)
+      setImmediate(() => {
+        const due = this.#overdue.filter((m) => this.members.has(m));
+        this.#overdue = [];
+        this.#fire(due);
+      });
   }
 
   remove(member: Member): void {
@@ -159,9 +172,14 @@ class Bucket {
       if (!(await this.#wait(this.periodMs / 4))) return;
       // Three ticks (3/4 of the interval) always qualify, whatever the timers' jitter.
       const now = performance.now();
-      const due = [...this.members].filter((m) => now - m.lastFired >= (this.periodMs * 11) / 16);
+      const due = [...this.members].filter((m) => now - m.lastFired >= this.#dueAfterMs());
       this.#fire(due);
     }
+  }
+
+  /** How old a member's last renewal is when it is due. */
+  #dueAfterMs(): number {
+    return (this.periodMs * 11) / 16;
   }
 
   /** Renews the members in one tick: their renewals share statements. */

@@ -6,6 +6,7 @@
  * that, on a non-ok status or when its own deadline passes, so a keeper that is slow, starved or
  * stuck behind a blocked renew can delay renewals but never stretch the lease.
  */
+import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { durationMicroseconds, type Duration } from './duration.js';
 import { LeaseError } from './errors.js';
@@ -33,7 +34,12 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** What schedules a handle's renewals: a {@link Keeper} of its own or the client's shared group. @internal */
 export interface Scheduler {
-  start(): void;
+  /**
+   * Starts renewing. `since` is the monotonic time the grant's ttl is reckoned from (the
+   * handle's deadline minus its ttl): the first renewal is due one interval after it, at once
+   * when the grant took that long to arrive.
+   */
+  start(since: number): void;
   stop(): void;
 }
 
@@ -64,16 +70,16 @@ export class Keeper implements Scheduler {
     this.#intervalMs = keepAliveIntervalMs(options);
   }
 
-  start(): void {
-    void this.#run();
+  start(since: number): void {
+    void this.#run(since);
   }
 
   stop(): void {
     this.#stop.abort();
   }
 
-  async #run(): Promise<void> {
-    let delay = this.#period();
+  async #run(since: number): Promise<void> {
+    let delay = Math.max(0, since + this.#period() - performance.now());
     while (!this.#stop.signal.aborted) {
       if (!(await this.#wait(delay))) return;
       try {

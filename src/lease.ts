@@ -125,7 +125,7 @@ export class Lease implements AsyncDisposable {
       const ttlMs = () => this.#ttlMicroseconds / 1000;
       this.#keeper =
         calls.scheduler?.(renew, ttlMs, keepAlive) ?? new Keeper(renew, ttlMs, keepAlive);
-      this.#keeper.start();
+      this.#keeper.start(this.#deadline - this.#ttlMicroseconds / 1000);
     }
   }
 

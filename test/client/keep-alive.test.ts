@@ -101,6 +101,33 @@ describe('keep-alive', () => {
     assert.equal(reason.status, 'lapsed');
   });
 
+  for (const shared of [true, false])
+    test(`a grant answered late renews at once, not an interval later (${shared ? 'shared keep-alive' : 'a keep-alive of its own'})`, async () => {
+      const key = uniqueKey();
+      const own = new LeaseClient(db.pool, { sharedKeepAlive: shared });
+      const blocker = await db.pool.connect();
+      try {
+        // The acquire waits on the row another transaction is inserting, then gets the key:
+        // its deadline counts from the send, so little of the 4 s ttl is left when it arrives.
+        await blocker.query('BEGIN');
+        await blocker.query("SELECT lease.acquire($1, 'blocker', '1 hour')", [key]);
+        const sentAt = performance.now();
+        const acquiring = own.acquire(key, { ttl: '4s', keepAlive: true });
+        await sleep(3_200);
+        await blocker.query('ROLLBACK');
+        const lease = (await acquiring)!;
+        assert.ok(lease.remainingMs() < 4_000 - (performance.now() - sentAt) + 100);
+        // An interval (4 s / 3) after the grant would be past the deadline.
+        await sleep(2_000);
+        assert.equal(lease.lost, undefined, String(lease.lost));
+        assert.ok(lease.remainingMs() > 1_000, `${lease.remainingMs()} ms left`);
+        assert.equal(await lease.release(), 'ok');
+      } finally {
+        await blocker.query('ROLLBACK');
+        blocker.release();
+      }
+    });
+
   test('a renewal stuck behind a row lock loses the lease at the deadline, not later', async () => {
     const key = uniqueKey();
     const lease = (await client.acquire(key, { ttl: '1500ms', keepAlive: true }))!;

@@ -108,17 +108,17 @@ describe('keep-alive', () => {
       const blocker = await db.pool.connect();
       try {
         // The acquire waits on the row another transaction is inserting, then gets the key:
-        // its deadline counts from the send, so little of the 4 s ttl is left when it arrives.
+        // its deadline counts from the send, so little of the 6 s ttl is left when it arrives.
         await blocker.query('BEGIN');
         await blocker.query("SELECT lease.acquire($1, 'blocker', '1 hour')", [key]);
         const sentAt = performance.now();
-        const acquiring = own.acquire(key, { ttl: '4s', keepAlive: true });
-        await sleep(3_200);
+        const acquiring = own.acquire(key, { ttl: '6s', keepAlive: true });
+        await sleep(4_800);
         await blocker.query('ROLLBACK');
         const lease = (await acquiring)!;
-        assert.ok(lease.remainingMs() < 4_000 - (performance.now() - sentAt) + 100);
-        // An interval (4 s / 3) after the grant would be past the deadline.
-        await sleep(2_000);
+        assert.ok(lease.remainingMs() < 6_000 - (performance.now() - sentAt) + 100);
+        // An interval (6 s / 3) after the grant would be past the deadline.
+        await sleep(2_500);
         assert.equal(lease.lost, undefined, String(lease.lost));
         assert.ok(lease.remainingMs() > 1_000, `${lease.remainingMs()} ms left`);
         assert.equal(await lease.release(), 'ok');

@@ -91,19 +91,14 @@ const TICK_US = 10_000;
 export function serverCpuTicks(cluster: PgCluster): number | undefined {
   const postmaster = cluster.pid;
   if (postmaster === undefined) return undefined;
-  const fields = (pid: number | string) => {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the command name, which may contain spaces: state is field 3.
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  };
   try {
-    const own = fields(postmaster);
+    const own = statFields(postmaster);
     // utime=14, stime=15, cutime=16, cstime=17 (1-based); own[0] is field 3.
     let ticks = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
     for (const entry of fs.readdirSync('/proc')) {
       if (!/^\d+$/.test(entry)) continue;
       try {
-        const child = fields(entry);
+        const child = statFields(entry);
         if (Number(child[1]) === postmaster) ticks += Number(child[11]) + Number(child[12]);
       } catch {
         // exited while we looked
@@ -113,6 +108,22 @@ export function serverCpuTicks(cluster: PgCluster): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** CPU time, in clock ticks, of one live process (utime + stime); undefined once it is gone. */
+export function processCpuTicks(pid: number): number | undefined {
+  try {
+    const own = statFields(pid);
+    return Number(own[11]) + Number(own[12]);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The fields of /proc/<pid>/stat after the command name (which may contain spaces): field 3 first. */
+function statFields(pid: number | string): string[] {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
 }
 
 /** Writes the arm's script for a workload into the results folder and returns its path. */

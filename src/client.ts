@@ -373,10 +373,15 @@ export class LeaseClient implements AsyncDisposable {
     options: AcquireManyOptions,
   ): Promise<(Lease | null)[]> {
     const owner = options.owner ?? this.#owner ?? defaultOwner();
-    let ttlMicroseconds = 0;
-    for (const key of keys)
-      ttlMicroseconds = validateInput('acquire', { key, owner, ttl: options.ttl }).ttlMicroseconds;
     const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
+    // The options as acquire checks them (also for no keys), with the first key; then the rest.
+    const { ttlMicroseconds } = validateInput('acquire', {
+      key: keys[0] ?? 'none',
+      owner,
+      ttl: options.ttl,
+      keepAliveInterval: keepAlive?.interval,
+    });
+    for (let i = 1; i < keys.length; i++) validateInput('inspect', { key: keys[i]! });
     const leases: (Lease | null)[] = [];
     try {
       for (let start = 0; start < keys.length; start += MAX_BATCH_KEYS) {

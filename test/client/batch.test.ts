@@ -126,6 +126,24 @@ describe('acquireMany', () => {
     }
   });
 
+  test('the options are checked as acquire checks them, also for an empty list of keys', async () => {
+    const client = new LeaseClient(db.pool);
+    const key = uniqueKey('opts');
+    await assert.rejects(client.acquireMany([key], { ttl: '1s', keepAlive: { interval: '5s' } }), {
+      name: 'LeaseInvalidInputError',
+      detail: /keepAlive.interval must be shorter than the ttl/,
+    });
+    await assert.rejects(client.acquireMany([], { ttl: 'soon' }), {
+      name: 'LeaseInvalidInputError',
+      detail: /ttl "soon" is not a duration/,
+    });
+    await assert.rejects(client.acquireMany([key, ''], { ttl: '1s' }), {
+      name: 'LeaseInvalidInputError',
+      detail: /key must be a non-empty string/,
+    });
+    assert.equal(await client.inspect(key), null);
+  });
+
   test('a repeated key is invalid input and grants nothing', async () => {
     const client = new LeaseClient(db.pool);
     const key = uniqueKey('dup');

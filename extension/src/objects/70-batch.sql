@@ -21,7 +21,7 @@
  * read and hash the whole table instead, for a batch of a thousand keys
  * among 40k rows, and on PostgreSQL 14 also with the ANY: two sequential
  * scans of 100k rows made renew_many of 1000 keys cost 40 us a key
- * instead of 11 (bench/ANALYSIS.md, section 5c).
+ * instead of 11 (bench/ANALYSIS.md, "Batches").
  *
  * A batch is one statement of the caller's transaction: it commits or
  * rolls back as a whole.

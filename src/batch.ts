@@ -10,7 +10,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import type { LeaseStatus, RenewCall } from './lease.js';
-import { dateFromMs, MAX_BATCH_KEYS, STATEMENTS, type Statement } from './statements.js';
+import { dateFromMs, MAX_BATCH_KEYS, msFromUs, STATEMENTS, type Statement } from './statements.js';
 
 /** Runs one statement of the client (named or not, outside transactions). @internal */
 export type RunStatement = <R extends object>(
@@ -51,7 +51,7 @@ export async function acquireMany(
     epoch: row.epoch === null ? null : BigInt(row.epoch),
     expiresAt: dateFromMs(row.expires_ms),
     sentAt,
-    remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
+    remainingMs: msFromUs(row.remaining_us),
   }));
 }
 
@@ -172,7 +172,7 @@ export async function renewMany(run: RunStatement, items: RenewItem[]): Promise<
     status: row.status,
     expiresAt: dateFromMs(row.expires_ms),
     sentAt,
-    remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
+    remainingMs: msFromUs(row.remaining_us),
   }));
 }
 

@@ -38,7 +38,7 @@ import {
   type PurgeOptions,
 } from './operations.js';
 import { defaultOwner } from './owner.js';
-import { dateFromMs, MAX_BATCH_KEYS, STATEMENTS, type Statement } from './statements.js';
+import { dateFromMs, MAX_BATCH_KEYS, msFromUs, STATEMENTS, type Statement } from './statements.js';
 import { validateInput } from './validation.js';
 import {
   isPool,
@@ -285,17 +285,16 @@ export class LeaseClient implements AsyncDisposable {
    */
   async acquire(key: string, options: AcquireOptions): Promise<Lease | null> {
     const owner = options.owner ?? this.#owner ?? defaultOwner();
+    const keepAlive = keepAliveOf(options.keepAlive);
     const input = validateInput('acquire', {
       key,
       owner,
       ttl: options.ttl,
       wait: options.wait ?? 0,
-      keepAliveInterval:
-        typeof options.keepAlive === 'object' ? options.keepAlive.interval : undefined,
+      keepAliveInterval: keepAlive?.interval,
     });
     const { signal } = options;
     if (signal?.aborted) throw new LeaseAbortedError(key, { cause: signal.reason as unknown });
-    const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
     const attempt = (follow: Follow | undefined, attemptSignal: AbortSignal | undefined) =>
       this.#attempt(key, owner, input.ttlMicroseconds, keepAlive, follow, attemptSignal);
     const startedAt = performance.now();
@@ -373,7 +372,7 @@ export class LeaseClient implements AsyncDisposable {
     options: AcquireManyOptions,
   ): Promise<(Lease | null)[]> {
     const owner = options.owner ?? this.#owner ?? defaultOwner();
-    const keepAlive = options.keepAlive === true ? {} : options.keepAlive || undefined;
+    const keepAlive = keepAliveOf(options.keepAlive);
     // The options as acquire checks them (also for no keys), with the first key; then the rest.
     const { ttlMicroseconds } = validateInput('acquire', {
       key: keys[0] ?? 'none',
@@ -686,7 +685,7 @@ export class LeaseClient implements AsyncDisposable {
       epoch: row.epoch === null ? null : BigInt(row.epoch),
       expiresAt: dateFromMs(row.expires_ms),
       sentAt,
-      remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
+      remainingMs: msFromUs(row.remaining_us),
       ...(follow === undefined || row.acquired
         ? {}
         : {
@@ -694,7 +693,7 @@ export class LeaseClient implements AsyncDisposable {
               found: row.holder != null,
               held: row.holder?.held === true,
               notifies: row.holder?.notifies === true,
-              remainingMs: row.holder?.remaining_us == null ? null : row.holder.remaining_us / 1000,
+              remainingMs: msFromUs(row.holder?.remaining_us),
             },
           }),
     };
@@ -717,7 +716,7 @@ export class LeaseClient implements AsyncDisposable {
       status: row.status,
       expiresAt: dateFromMs(row.expires_ms),
       sentAt,
-      remainingMs: row.remaining_us === null ? null : row.remaining_us / 1000,
+      remainingMs: msFromUs(row.remaining_us),
     };
   }
 
@@ -831,6 +830,11 @@ async function runOutsideTransaction<R extends pg.QueryResultRow>(
   }
   if (unconfirmed) throw unconfirmed;
   return rows;
+}
+
+/** The `keepAlive` option as the handle takes it: `true` is the defaults, `false` none. */
+function keepAliveOf(option: boolean | KeepAliveOptions | undefined): KeepAliveOptions | undefined {
+  return option === true ? {} : option || undefined;
 }
 
 /**

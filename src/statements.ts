@@ -55,6 +55,11 @@ export function dateFromMs(ms: number | null): Date | null {
   return ms === null ? null : new Date(ms);
 }
 
+/** A `remaining_us` column (see {@link REMAINING_US}) in milliseconds. */
+export function msFromUs(us: number | null | undefined): number | null {
+  return us == null ? null : us / 1000;
+}
+
 /**
  * A non-blocking acquire, with `follow` columns: the client waits between attempts itself,
  * holding no transaction (see wait.ts), so it never passes the SQL `wait`.

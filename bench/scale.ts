@@ -52,6 +52,9 @@ const BENCH_SETTINGS = {
 
 const TICK_MS = 10; // USER_HZ 100
 
+/** Mean cores busy over `seconds`, from CPU clock ticks. */
+const coresOf = (ticks: number, seconds: number): number => (ticks * TICK_MS) / 1000 / seconds;
+
 const { values } = parseArgs({
   options: {
     quick: { type: 'boolean' },
@@ -600,11 +603,10 @@ async function capacityPhase(cluster: PgCluster, url: string): Promise<void> {
       'SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1)::text AS bytes',
       [wal0.rows[0]!.lsn],
     );
-    const cores =
-      cpu0 !== undefined && cpu1 !== undefined ? ((cpu1 - cpu0) * TICK_MS) / 1000 / seconds : NaN;
+    const cores = cpu0 !== undefined && cpu1 !== undefined ? coresOf(cpu1 - cpu0, seconds) : NaN;
     const samplerCores =
       samplerCpu0 !== undefined && samplerCpu1 !== undefined
-        ? ((samplerCpu1 - samplerCpu0) * TICK_MS) / 1000 / seconds
+        ? coresOf(samplerCpu1 - samplerCpu0, seconds)
         : NaN;
     const walPerSecond = Number(wal1.rows[0]!.bytes) / seconds;
     const lost = leases.filter((l) => l!.lost !== undefined).length;

@@ -168,13 +168,15 @@ describe('pg-lease watch', () => {
         .map((arg) => `'${arg.replace(/'/g, `'\\''`)}'`)
         .join(' ');
       // script(1) runs the command through $SHELL in a new pseudo-terminal and copies its own
-      // stdin there. `exec` puts node in the shell's place: a non-interactive dash that stayed
-      // to wait would itself die of the Ctrl-C, and script would report that (130), not node.
+      // stdin there. The Ctrl-C signals every process of the terminal's foreground group, so
+      // node must be the only one: SHELL is pinned to /bin/sh (whatever the caller's $SHELL is,
+      // a wrapper that stays as node's parent dies of the signal and script reports its 130),
+      // and `exec` puts node in that shell's place.
       const child = spawn(
         'script',
         ['-qfec', `exec '${process.execPath}' ${command}`, '/dev/null'],
         {
-          env: { ...process.env, TERM: 'xterm' },
+          env: { ...process.env, SHELL: '/bin/sh', TERM: 'xterm' },
         },
       );
       let output = '';

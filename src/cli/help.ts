@@ -161,6 +161,7 @@ export function usage(): string {
   const flagWidth = Math.max(...COMMON_OPTIONS_HELP.map((option) => option.flags.length));
   return [
     'Usage: pg-lease <command> [options]',
+    '       pg-lease --version',
     '',
     'Commands:',
     ...COMMAND_HELP.map((command) => `  ${command.name.padEnd(width)}  ${command.summary}`),

@@ -2,7 +2,9 @@
 /**
  * The `pg-lease` command: leases from the shell. See docs/cli.md; the help texts are in help.ts.
  */
+import * as fs from 'node:fs';
 import { LeaseError, LeaseInvalidInputError } from '../errors.js';
+import { BUNDLED_VERSION } from '../generated/sql.js';
 import { toJson, warn } from './common.js';
 import { demoCommand } from './demo.js';
 import { execCommand } from './exec.js';
@@ -34,6 +36,10 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${usage()}\n`);
     return name === undefined ? EXIT.USAGE : EXIT.OK;
   }
+  if (name === '--version' || name === '-V') {
+    process.stdout.write(`${versionLine()}\n`);
+    return EXIT.OK;
+  }
   const command = COMMANDS[name];
   if (!command) return report(new UsageError(`unknown command "${name}"`), json, args, undefined);
   try {
@@ -41,6 +47,14 @@ export async function main(argv: string[]): Promise<number> {
   } catch (error) {
     return report(error, json, args, name);
   }
+}
+
+/** The package's version (dist/src/cli/main.js sits three levels below package.json). */
+function versionLine(): string {
+  const manifest = JSON.parse(
+    fs.readFileSync(new URL('../../../package.json', import.meta.url), 'utf8'),
+  ) as { version: string };
+  return `pg-lease ${manifest.version} (bundles the pg_lease extension ${BUNDLED_VERSION})`;
 }
 
 /** SQLSTATE of a query naming schema lease where pg_lease is not installed. */

@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import { describe, test } from 'node:test';
 import { COMMAND_HELP, commandHelp, usage } from '../../src/cli/help.js';
 import { CLI_DOC, renderedCliDoc } from '../../scripts/cli-doc.js';
+import { BUNDLED_VERSION } from '../../src/generated/sql.js';
 import { runCli } from './helpers.js';
 
 describe('help text', () => {
@@ -24,6 +25,25 @@ describe('help text', () => {
       assert.equal(result.code, 0, `${name}: ${result.stderr}`);
       assert.equal(result.stdout, `${commandHelp(name)}\n`, name);
     }
+  });
+
+  test('pg-lease --version names the package version and the extension version it bundles', async () => {
+    const manifest = JSON.parse(
+      fs.readFileSync(new URL('../../../package.json', import.meta.url), 'utf8'),
+    ) as { version: string };
+    for (const flag of ['--version', '-V']) {
+      const result = await runCli([flag]);
+      assert.equal(result.code, 0, result.stderr);
+      assert.equal(
+        result.stdout,
+        `pg-lease ${manifest.version} (bundles the pg_lease extension ${BUNDLED_VERSION})\n`,
+      );
+    }
+    assert.equal(
+      manifest.version,
+      BUNDLED_VERSION,
+      'the package and its extension are released together',
+    );
   });
 
   test('docs/cli.md carries the same text (node dist/scripts/cli-doc.js rewrites it)', () => {

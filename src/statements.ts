@@ -44,7 +44,7 @@ export function REMAINING_US(alias: string): string {
  * A grant's expiry as milliseconds since the Unix epoch (float8). Cheaper than a timestamptz on
  * both sides: the server formats no date text, the client parses none (see {@link dateFromMs}).
  */
-function EXPIRES_MS(alias: string): string {
+export function EXPIRES_MS(alias: string): string {
   // Whole milliseconds computed in numeric, as a float8 (exact below 2^53): a float8 product
   // would put some instants of later centuries a fraction below their millisecond.
   return `pg_catalog.trunc(EXTRACT(EPOCH FROM ${alias}.expires_at) * 1000)::pg_catalog.float8 AS expires_ms`;

@@ -26,7 +26,7 @@ import { durationMicroseconds, type Duration } from './duration.js';
 import type { LeaseState } from './client.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
 import { MAX_TIMER_MS } from './keeper.js';
-import { REMAINING_US } from './statements.js';
+import { dateFromMs, EXPIRES_MS, REMAINING_US } from './statements.js';
 
 /** The channel releases notify on; the payload is the key. */
 export const NOTIFY_CHANNEL = 'pg_lease';
@@ -257,11 +257,11 @@ export class Waiting {
             held: boolean;
             owner: string | null;
             epoch: string;
-            expires_at: Date | null;
+            expires_ms: number | null;
             notifies: boolean;
             remaining_us: number | null;
           }>(
-            `SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at, ${listening ? 'i.notifies' : 'false AS notifies'},
+            `SELECT i.held, i.owner, i.epoch::text AS epoch, ${EXPIRES_MS('i')}, ${listening ? 'i.notifies' : 'false AS notifies'},
                     ${REMAINING_US('i')} AS remaining_us
                FROM ${call} AS i`,
             [key],
@@ -274,7 +274,7 @@ export class Waiting {
               held: row.held,
               owner: row.owner,
               epoch: BigInt(row.epoch),
-              expiresAt: row.expires_at,
+              expiresAt: dateFromMs(row.expires_ms),
             }
           : null;
         const fingerprint = state ? `${state.held}|${state.owner}|${state.epoch}` : 'none';

@@ -172,7 +172,8 @@ export class Waiting {
     const firstListen = this.#notifier.listen();
     firstListen.catch(() => undefined);
     let first = true;
-    let locked = false;
+    let answered = false;
+    let timedOut: TimeoutCause | undefined;
     try {
       for (;;) {
         stop.check();
@@ -187,11 +188,13 @@ export class Waiting {
         let result: AttemptResult<L>;
         try {
           result = await attempt(follow, stop.signal);
-          locked = false;
+          answered = true;
         } catch (error) {
           if (!stop.signal.aborted) throw error;
-          // Cancelled by the deadline: another transaction kept the key's row locked.
-          locked = stop.timedOut;
+          // Cancelled by the deadline. Say "locked" only when the statement was waiting for
+          // another transaction's row lock: on a slow server it may just not have answered.
+          if (stop.timedOut)
+            timedOut = waitedForRowLock(error) ? 'locked' : answered ? 'held' : 'unanswered';
           throw error;
         }
         if (result.lease) {
@@ -203,7 +206,7 @@ export class Waiting {
           return result.lease;
         }
         const now = performance.now();
-        if (now >= deadline) throw stop.timeout(key, waitMs, false);
+        if (now >= deadline) throw stop.timeout(key, waitMs, 'held');
         if (first) {
           // Denied: from now on every attempt also watches (or inspects) the key.
           first = false;
@@ -227,7 +230,7 @@ export class Waiting {
         await stop.sleepUntil(until, subscription.changed(seen));
       }
     } catch (error) {
-      if (locked) throw stop.timeout(key, waitMs, true);
+      if (timedOut) throw stop.timeout(key, waitMs, timedOut);
       throw error;
     } finally {
       subscription.close();
@@ -391,13 +394,14 @@ class Stop {
     }
   }
 
-  timeout(key: string, waitMs: number, locked: boolean): LeaseTimeoutError {
+  timeout(key: string, waitMs: number, cause: TimeoutCause): LeaseTimeoutError {
     const quoted = `"${key.replaceAll('"', '""')}"`;
-    return new LeaseTimeoutError(key, {
-      detail: locked
-        ? `key ${quoted} was still locked by another transaction after waiting ${waitMs} ms`
-        : `key ${quoted} was still held after waiting ${waitMs} ms`,
-    });
+    const detail = {
+      held: `key ${quoted} was still held after waiting ${waitMs} ms`,
+      locked: `key ${quoted} was still locked by another transaction after waiting ${waitMs} ms`,
+      unanswered: `key ${quoted} was not granted: no attempt had been answered after waiting ${waitMs} ms`,
+    }[cause];
+    return new LeaseTimeoutError(key, { detail });
   }
 
   /** The error a wait ends with: abort and deadline as the client's own errors. */
@@ -405,7 +409,7 @@ class Stop {
     if (error instanceof LeaseTimeoutError || error instanceof LeaseAbortedError) return error;
     if (this.#signal?.aborted)
       return new LeaseAbortedError(key, { cause: this.#signal.reason as unknown });
-    if (this.timedOut) return this.timeout(key, waitMs, false);
+    if (this.timedOut) return this.timeout(key, waitMs, 'held');
     return error;
   }
 
@@ -606,6 +610,23 @@ export async function runCancellable<T>(
     signal.removeEventListener('abort', onAbort);
     await cancelled;
   }
+}
+
+/**
+ * Why a wait ran out: the last answer said the key was held; the attempt at the deadline was
+ * waiting for another transaction's row lock; or no attempt had answered at all.
+ */
+type TimeoutCause = 'held' | 'locked' | 'unanswered';
+
+/**
+ * Whether a cancelled statement was waiting for another transaction's row lock. PostgreSQL
+ * names the tuple it waited for in the innermost line of the error's context ("while inserting
+ * index tuple (0,2) in relation ..."); the words are translated, the tuple's (block,offset) is
+ * not.
+ */
+export function waitedForRowLock(error: unknown): boolean {
+  const where = (error as { where?: unknown } | null)?.where;
+  return typeof where === 'string' && /\(\d+,\d+\)/.test(where.split('\n', 1)[0]!);
 }
 
 /** How long a cancel request may take before its connection is dropped. */

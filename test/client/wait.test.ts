@@ -3,7 +3,7 @@
  * holds on the server while it waits, what wakes it, and what an abort leaves behind.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import {
@@ -192,6 +192,29 @@ describe('acquire with wait, outside any transaction', { concurrency: true }, ()
     }
   });
 
+  test('a wait that runs out while its attempt waits for another transaction’s row lock says the key was locked', async () => {
+    const key = uniqueKey('wait-timeout-locked');
+    const blocker = await db.pool.connect();
+    const { client, pool } = waiterClient();
+    try {
+      // Another transaction inserts the key and does not commit: every attempt waits on it.
+      await blocker.query('BEGIN');
+      await blocker.query("SELECT lease.acquire($1, 'blocker', '1 hour')", [key]);
+      await assert.rejects(
+        client.acquire(key, { ttl: '30s', wait: '400ms' }),
+        (error: unknown) =>
+          error instanceof LeaseTimeoutError &&
+          /still locked by another transaction after waiting 400 ms/.test(error.detail ?? ''),
+      );
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+      await client.end();
+      await pool.end();
+    }
+    assert.equal(await admin.inspect(key), null, 'the waiter left nothing behind');
+  });
+
   test('an aborted wait rejects with LeaseAbortedError at once, grants nothing and leaves no statement running', async () => {
     const key = uniqueKey('wait-abort');
     const holder = (await admin.acquire(key, { ttl: '1 hour' }))!;
@@ -336,5 +359,65 @@ describe('acquire with wait, outside any transaction', { concurrency: true }, ()
       await client.end();
       await pool.end();
     }
+  });
+});
+
+describe('a wait cut off at its deadline by a stalled attempt', () => {
+  // Each test has a database of its own: the table lock would stall other tests' calls.
+  let own: TestDatabase;
+  let pool: pg.Pool;
+  let client: LeaseClient;
+  let locker: pg.PoolClient;
+  beforeEach(async () => {
+    own = await createTestDatabase();
+    pool = new pg.Pool({ connectionString: own.url, max: 4 });
+    client = new LeaseClient(pool);
+    locker = await own.pool.connect();
+  });
+  afterEach(async () => {
+    await locker.query('ROLLBACK');
+    locker.release();
+    await client.end();
+    await pool.end();
+    await own.close();
+  });
+  /** A lock on the whole table, not on any key's row: every call waits until the rollback. */
+  async function lockTable(): Promise<void> {
+    await locker.query('BEGIN');
+    await locker.query('LOCK TABLE lease.leases IN ACCESS EXCLUSIVE MODE');
+  }
+
+  test('when no attempt has answered, it says so and claims no row lock', async () => {
+    const key = uniqueKey('wait-timeout-unanswered');
+    await lockTable();
+    await assert.rejects(
+      client.acquire(key, { ttl: '30s', wait: '400ms' }),
+      (error: unknown) =>
+        error instanceof LeaseTimeoutError &&
+        /no attempt had been answered after waiting 400 ms/.test(error.detail ?? ''),
+    );
+    await locker.query('ROLLBACK');
+    assert.equal(await new LeaseClient(own.pool).inspect(key), null, 'the waiter left nothing');
+  });
+
+  test('when an earlier attempt found the key held, it says the key was still held', async () => {
+    const key = uniqueKey('wait-timeout-stalled');
+    const owner = new LeaseClient(own.pool);
+    const holder = (await owner.acquire(key, { ttl: '700ms' }))!;
+    const waiting = settle(client.acquire(key, { ttl: '30s', wait: '1500ms' }));
+    // Denied and watching; its next attempt, at the holder's expiry, stalls on the table lock.
+    await waitFor('the waiter watches the key', async () => {
+      const { rows } = await own.pool.query<{ watched: boolean }>(
+        'SELECT watched_until > now() AS watched FROM lease.leases WHERE key = $1',
+        [key],
+      );
+      return rows[0]?.watched === true;
+    });
+    await lockTable();
+    const { error } = await waiting;
+    assert.ok(error instanceof LeaseTimeoutError, String(error));
+    assert.match(error.detail ?? '', /still held after waiting 1500 ms/);
+    await locker.query('ROLLBACK');
+    assert.deepEqual((await owner.inspect(key))?.epoch, holder.epoch, 'nothing was granted');
   });
 });

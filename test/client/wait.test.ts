@@ -176,12 +176,14 @@ describe('acquire with wait, outside any transaction', { concurrency: true }, ()
     const holder = (await admin.acquire(key, { ttl: '1 hour' }))!;
     const { client, pool } = waiterClient();
     try {
+      // A second, not less: the first attempt must have answered (denied) by the deadline for
+      // the detail to say held, and on a loaded machine a first connection can take a while.
       await assert.rejects(
-        client.acquire(key, { ttl: '30s', wait: '400ms' }),
+        client.acquire(key, { ttl: '30s', wait: '1s' }),
         (error: unknown) =>
           error instanceof LeaseTimeoutError &&
           error.key === key &&
-          /still held/.test(error.detail ?? ''),
+          /still held after waiting 1000 ms/.test(error.detail ?? ''),
       );
       const state = await admin.inspect(key);
       assert.deepEqual([state?.owner, state?.epoch], [holder.owner, holder.epoch]);

@@ -44,6 +44,11 @@ describe('help text', () => {
       BUNDLED_VERSION,
       'the package and its extension are released together',
     );
+    const harness = JSON.parse(
+      fs.readFileSync(new URL('../../../packages/testing/package.json', import.meta.url), 'utf8'),
+    ) as { version: string; peerDependencies: Record<string, string> };
+    assert.equal(harness.version, manifest.version, 'pg-lease-testing is released with pg-lease');
+    assert.equal(harness.peerDependencies['pg-lease'], `^${manifest.version}`);
   });
 
   test('docs/cli.md carries the same text (node dist/scripts/cli-doc.js rewrites it)', () => {

@@ -4,15 +4,16 @@
  * lease.renew_many statement per owner and ttl (see Coalescer in batch.ts).
  *
  * Handles are grouped by their renewal interval (keepAlive.interval, or a third of the ttl);
- * each group has one timer, which ticks four times per interval. At a tick every member renews
- * whose last renewal is at least about three quarters of an interval old, so a member renews at
- * the first tick past that point: never later than one interval after the last renewal, and in
- * steady state every three ticks. A new member counts from when its grant's ttl started, and
- * renews as soon as it joins if its grant took that long to arrive. Handles that join within
- * the same quarter interval renew at the same ticks, so their renewals share statements. Like
- * the per-handle keeper, the group only schedules: each handle still decides for itself, from
- * its own monotonic deadline and the server's answer for its key, whether it is lost, and its
- * own signal fires. A failure that is not a loss (a driver error) is retried for that member
+ * each group has one timer, which ticks sixteen times per interval, and a timing wheel: every
+ * member waits in the slot of the last tick before one interval has passed since its last
+ * renewal, so it renews every 15/16 of an interval, never later than one interval after the
+ * last renewal unless the timer is a whole tick late, and a tick touches only the members it
+ * renews. A new member counts from when its grant's ttl started, and renews as soon as it joins
+ * if its grant took that long to arrive. Handles that join within the same sixteenth of an
+ * interval renew at the same ticks, so their renewals share statements. Like the per-handle
+ * keeper, the group only schedules: each handle still decides for itself, from its own
+ * monotonic deadline and the server's answer for its key, whether it is lost, and its own
+ * signal fires. A failure that is not a loss (a driver error) is retried for that member
  * sooner, together with the others that failed.
  */
 import { performance } from 'node:perf_hooks';
@@ -115,11 +116,28 @@ class Member implements Scheduler {
   }
 }
 
+/**
+ * Ticks per renewal interval. A member renews at the last tick before one interval has passed
+ * since its last renewal: every 15/16 of the interval in steady state, and within the interval
+ * as long as a timer is late by less than a tick.
+ */
+const TICKS_PER_INTERVAL = 16;
+
+/**
+ * The members of one interval, on a timing wheel: each member waits in the slot of the tick
+ * its next renewal is due at, so a tick touches only the members it renews. Tick k is due at
+ * k * tickMs on performance.now()'s clock.
+ */
 class Bucket {
   readonly members = new Set<Member>();
+  readonly #slots = new Map<number, Set<Member>>();
+  readonly #slotOf = new Map<Member, number>();
   readonly #retrying = new Set<Member>();
   #overdue: Member[] = [];
   readonly #stop = new AbortController();
+  readonly #tickMs: number;
+  /** The last tick whose members have been renewed. */
+  #done: number;
   #retryTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -127,25 +145,19 @@ class Bucket {
     private readonly batcher: Holdable,
     private readonly onEmpty: () => void,
   ) {
+    this.#tickMs = periodMs / TICKS_PER_INTERVAL;
+    this.#done = Math.floor(performance.now() / this.#tickMs);
     void this.#run();
   }
 
   add(member: Member): void {
     this.members.add(member);
-    // A grant that took most of an interval to arrive renews at once, not at a later tick;
-    // the members that join overdue in one turn of the event loop renew together.
-    if (performance.now() - member.lastFired < this.#dueAfterMs()) return;
-    this.#overdue.push(member);
-    if (this.#overdue.length === 1)
-      setImmediate(() => {
-        const due = this.#overdue.filter((m) => this.members.has(m));
-        this.#overdue = [];
-        this.#fire(due);
-      });
+    this.#schedule(member);
   }
 
   remove(member: Member): void {
     this.members.delete(member);
+    this.#unslot(member);
     this.#retrying.delete(member);
     if (this.members.size === 0) {
       this.#stop.abort();
@@ -167,27 +179,73 @@ class Bucket {
     this.#retryTimer.unref();
   }
 
+  /**
+   * Puts a member in the slot of the last tick before its interval since `lastFired` ends. A
+   * member already due (a grant that took most of an interval to arrive) renews at once; the
+   * members found due in one turn of the event loop renew together.
+   */
+  #schedule(member: Member): void {
+    this.#unslot(member);
+    const tick = Math.floor((member.lastFired + this.periodMs) / this.#tickMs) - 1;
+    if (tick > this.#done) {
+      let slot = this.#slots.get(tick);
+      if (!slot) this.#slots.set(tick, (slot = new Set()));
+      slot.add(member);
+      this.#slotOf.set(member, tick);
+      return;
+    }
+    this.#overdue.push(member);
+    if (this.#overdue.length === 1)
+      setImmediate(() => {
+        const due = this.#overdue.filter((m) => this.members.has(m));
+        this.#overdue = [];
+        this.#fire(due);
+      });
+  }
+
+  #unslot(member: Member): void {
+    const tick = this.#slotOf.get(member);
+    if (tick === undefined) return;
+    this.#slotOf.delete(member);
+    const slot = this.#slots.get(tick)!;
+    slot.delete(member);
+    if (slot.size === 0) this.#slots.delete(tick);
+  }
+
   async #run(): Promise<void> {
     while (!this.#stop.signal.aborted) {
-      if (!(await this.#wait(this.periodMs / 4))) return;
-      // Three ticks (3/4 of the interval) always qualify, whatever the timers' jitter.
-      const now = performance.now();
-      const due = [...this.members].filter((m) => now - m.lastFired >= this.#dueAfterMs());
+      const next = (this.#done + 1) * this.#tickMs;
+      if (!(await this.#wait(Math.max(1, next - performance.now())))) return;
+      // A late timer (a busy event loop) renews every slot it passed, in one tick.
+      const now = Math.floor(performance.now() / this.#tickMs);
+      const due: Member[] = [];
+      const take = (tick: number) => {
+        const slot = this.#slots.get(tick);
+        if (!slot) return;
+        this.#slots.delete(tick);
+        for (const member of slot) {
+          this.#slotOf.delete(member);
+          due.push(member);
+        }
+      };
+      // Whichever is shorter: the ticks passed, or the slots there are.
+      if (now - this.#done <= this.#slots.size)
+        for (let tick = this.#done + 1; tick <= now; tick++) take(tick);
+      else for (const tick of [...this.#slots.keys()]) if (tick <= now) take(tick);
+      this.#done = Math.max(this.#done, now);
       this.#fire(due);
     }
   }
 
-  /** How old a member's last renewal is when it is due. */
-  #dueAfterMs(): number {
-    return (this.periodMs * 11) / 16;
-  }
-
-  /** Renews the members in one tick: their renewals share statements. */
+  /** Renews the members in one tick (their renewals share statements), and reschedules them. */
   #fire(due: Member[]): void {
     if (due.length === 0) return;
     const release = this.batcher.hold();
     try {
-      for (const member of due) member.fire();
+      for (const member of due) {
+        member.fire();
+        if (this.members.has(member)) this.#schedule(member);
+      }
     } finally {
       // Each handle's renew starts after its earlier renewals settle (a microtask at least):
       // close the hold on the next turn of the event loop, once they have all queued.

@@ -4,6 +4,7 @@
  * default; off for poolers in transaction mode).
  */
 import assert from 'node:assert/strict';
+import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
@@ -18,18 +19,20 @@ before(async () => {
 after(() => db.close());
 
 /** A pool whose connections record the text of every statement they send. */
-function recordingPool(): { pool: pg.Pool; sent: string[] } {
+function recordingPool(): { pool: pg.Pool; sent: string[]; sentAt: number[] } {
   const sent: string[] = [];
+  const sentAt: number[] = [];
   class RecordingClient extends pg.Client {
     override query(...args: unknown[]): never {
       const first = args[0] as string | { text?: string };
       sent.push(typeof first === 'string' ? first : (first.text ?? ''));
+      sentAt.push(performance.now());
       return (super.query as (...a: unknown[]) => never)(...args);
     }
   }
   const pool = new pg.Pool({ connectionString: db.url, max: 4, Client: RecordingClient });
   pool.on('error', () => undefined);
-  return { pool, sent };
+  return { pool, sent, sentAt };
 }
 
 const renewsIn = (sent: string[]) => ({
@@ -177,6 +180,32 @@ describe('shared keep-alive', () => {
         [keys],
       );
       assert.equal(rows[0].n, 25);
+      await Promise.all(leases.map((l) => l.release()));
+    } finally {
+      await pool.end();
+    }
+  });
+
+  test('renews once per interval, a sixteenth early: not a third more often', async () => {
+    const { pool, sent, sentAt } = recordingPool();
+    const client = new LeaseClient(pool);
+    try {
+      const keys = Array.from({ length: 20 }, () => uniqueKey('cadence'));
+      const leases = (await client.acquireMany(keys, {
+        ttl: '1 min',
+        owner: 'worker-cadence',
+        keepAlive: { interval: '400ms' },
+      })) as Lease[];
+      sent.length = 0;
+      sentAt.length = 0;
+      await sleep(4_500);
+      const at = sentAt.filter((_, i) => sent[i]!.includes('lease.renew_many('));
+      assert.equal(renewsIn(sent).single, 0);
+      const gaps = at.slice(1).map((t, i) => t - at[i]!);
+      const median = gaps.sort((a, b) => a - b)[Math.floor(gaps.length / 2)]!;
+      // 375 ms (15/16 of 400) in steady state; a busy machine's late timers only add to it.
+      assert.ok(gaps.length >= 5, `${gaps.length + 1} renewals`);
+      assert.ok(median >= 340 && median <= 450, `median gap ${median.toFixed(0)} ms`);
       await Promise.all(leases.map((l) => l.release()));
     } finally {
       await pool.end();

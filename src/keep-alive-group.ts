@@ -68,6 +68,8 @@ export class KeepAliveGroup {
 
 class Member implements Scheduler {
   lastFired = performance.now();
+  /** The tick of its bucket's wheel this member waits in, if any (kept here, not in a map). */
+  tick: number | undefined;
   #bucket: Bucket | undefined;
   #stopped = false;
 
@@ -131,7 +133,6 @@ const TICKS_PER_INTERVAL = 16;
 class Bucket {
   readonly members = new Set<Member>();
   readonly #slots = new Map<number, Set<Member>>();
-  readonly #slotOf = new Map<Member, number>();
   readonly #retrying = new Set<Member>();
   #overdue: Member[] = [];
   readonly #stop = new AbortController();
@@ -191,7 +192,7 @@ class Bucket {
       let slot = this.#slots.get(tick);
       if (!slot) this.#slots.set(tick, (slot = new Set()));
       slot.add(member);
-      this.#slotOf.set(member, tick);
+      member.tick = tick;
       return;
     }
     this.#overdue.push(member);
@@ -204,9 +205,9 @@ class Bucket {
   }
 
   #unslot(member: Member): void {
-    const tick = this.#slotOf.get(member);
+    const tick = member.tick;
     if (tick === undefined) return;
-    this.#slotOf.delete(member);
+    member.tick = undefined;
     const slot = this.#slots.get(tick)!;
     slot.delete(member);
     if (slot.size === 0) this.#slots.delete(tick);
@@ -224,7 +225,7 @@ class Bucket {
         if (!slot) return;
         this.#slots.delete(tick);
         for (const member of slot) {
-          this.#slotOf.delete(member);
+          member.tick = undefined;
           due.push(member);
         }
       };

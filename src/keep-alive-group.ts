@@ -72,6 +72,9 @@ class Member implements Scheduler {
   tick: number | undefined;
   #bucket: Bucket | undefined;
   #stopped = false;
+  /** A renewal of this member's is out; the next one waits for it (see {@link fire}). */
+  #inFlight = false;
+  #late = false;
 
   constructor(
     private readonly group: KeepAliveGroup,
@@ -94,11 +97,21 @@ class Member implements Scheduler {
     this.#bucket?.remove(this);
   }
 
-  /** Renews once; on a transient failure asks the bucket for an early retry. */
-  fire(): void {
-    if (this.#stopped) return;
+  /**
+   * Renews once, and says whether it did; on a transient failure asks the bucket for an early
+   * retry. A member whose last renewal has not been answered yet does not send another: on an
+   * overloaded server they would only queue behind it, a queue that grows every tick. It
+   * reschedules itself, an interval after that renewal settles.
+   */
+  fire(): boolean {
+    if (this.#stopped) return false;
+    if (this.#inFlight) {
+      this.#late = true;
+      return false;
+    }
+    this.#inFlight = true;
     this.lastFired = performance.now();
-    this.renew().then(
+    const renewal = this.renew().then(
       () => {
         // The ttl may have changed (lease.renew(ttl)): move to the matching group.
         const period = this.period();
@@ -115,6 +128,15 @@ class Member implements Scheduler {
         this.#bucket?.retry(this, Math.min(1_000, Math.max(10, this.ttlMs() / 10)));
       },
     );
+    void renewal.finally(() => {
+      this.#inFlight = false;
+      if (!this.#late) return;
+      this.#late = false;
+      if (this.#stopped) return;
+      this.lastFired = performance.now();
+      this.#bucket?.schedule(this);
+    });
+    return true;
   }
 }
 
@@ -153,7 +175,7 @@ class Bucket {
 
   add(member: Member): void {
     this.members.add(member);
-    this.#schedule(member);
+    this.schedule(member);
   }
 
   remove(member: Member): void {
@@ -185,7 +207,7 @@ class Bucket {
    * member already due (a grant that took most of an interval to arrive) renews at once; the
    * members found due in one turn of the event loop renew together.
    */
-  #schedule(member: Member): void {
+  schedule(member: Member): void {
     this.#unslot(member);
     const tick = Math.floor((member.lastFired + this.periodMs) / this.#tickMs) - 1;
     if (tick > this.#done) {
@@ -243,10 +265,9 @@ class Bucket {
     if (due.length === 0) return;
     const release = this.batcher.hold();
     try {
-      for (const member of due) {
-        member.fire();
-        if (this.members.has(member)) this.#schedule(member);
-      }
+      // A member that did not fire (its last renewal is still out) reschedules itself.
+      for (const member of due)
+        if (member.fire() && this.members.has(member)) this.schedule(member);
     } finally {
       // Each handle's renew starts after its earlier renewals settle (a microtask at least):
       // close the hold on the next turn of the event loop, once they have all queued.

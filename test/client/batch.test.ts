@@ -212,6 +212,43 @@ describe('shared keep-alive', () => {
     }
   });
 
+  test('a handle whose renewal is still out sends no other: nothing piles up behind a blocked one', async () => {
+    const { pool, sent, sentAt } = recordingPool();
+    const client = new LeaseClient(pool);
+    const blocker = await db.pool.connect();
+    try {
+      const keys = Array.from({ length: 5 }, () => uniqueKey('inflight'));
+      const leases = (await client.acquireMany(keys, {
+        ttl: '1 min',
+        owner: 'worker-inflight',
+        keepAlive: { interval: '200ms' },
+      })) as Lease[];
+      // Another transaction holds one key's row: the group's renew_many waits for it, through
+      // about seven intervals.
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT 1 FROM lease.leases WHERE key = $1 FOR UPDATE', [keys[2]]);
+      await sleep(1_500);
+      sent.length = 0;
+      sentAt.length = 0;
+      const unblockedAt = performance.now();
+      await blocker.query('ROLLBACK');
+      await sleep(150);
+      const burst = sent.filter(
+        (text, i) => sentAt[i]! - unblockedAt < 150 && /lease\.renew/.test(text),
+      );
+      // Queued renewals would all go out now, one statement per handle per missed tick.
+      assert.ok(burst.length <= 1, `${burst.length} renew statements right after the unblock`);
+      await sleep(600);
+      assert.ok(renewsIn(sent).batched >= 2, 'the group renews on, an interval after the answer');
+      for (const lease of leases) assert.equal(lease.lost, undefined, String(lease.lost));
+      await Promise.all(leases.map((l) => l.release()));
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+      await pool.end();
+    }
+  });
+
   test('a key taken over loses only its own handle; the others keep renewing', async () => {
     const client = new LeaseClient(db.pool);
     const keys = Array.from({ length: 5 }, () => uniqueKey('lose'));

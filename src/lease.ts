@@ -102,6 +102,8 @@ export class Lease implements AsyncDisposable {
   #ttlMicroseconds: number;
   #deadline: number;
   #timer: NodeJS.Timeout | undefined;
+  /** When the armed timer fires (monotonic ms). */
+  #timerAt = 0;
   #keeper: Scheduler | undefined;
   #renewals: Promise<unknown> = Promise.resolve();
   #release: Promise<LeaseStatus> | undefined;
@@ -295,18 +297,32 @@ export class Lease implements AsyncDisposable {
     throw this.#ended;
   }
 
+  /**
+   * Makes sure a timer fires by the deadline. A renewal only moves the deadline later, mostly:
+   * the timer already armed then fires first, finds the deadline moved and re-arms for the rest,
+   * so a lease renewed every few seconds re-arms about once a ttl, not at every renewal.
+   */
   #armDeadline(): void {
-    clearTimeout(this.#timer);
-    const left = this.#deadline - performance.now();
+    const now = performance.now();
+    const left = this.#deadline - now;
     // Timers have whole milliseconds: the last one is aimed at most 1 ms early and the loss
     // taken then, never a re-armed millisecond late. A waiter elsewhere can be granted the key
     // within a millisecond of the server expiry, which the deadline precedes by little more
     // than the renew's trip to the server.
     if (left < 1) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
       this.#lose('expired', this.#lastFailure);
       return;
     }
-    this.#timer = setTimeout(() => this.#armDeadline(), Math.min(Math.floor(left), MAX_TIMER_MS));
+    if (this.#timer !== undefined && this.#timerAt <= this.#deadline) return;
+    clearTimeout(this.#timer);
+    const delay = Math.min(Math.floor(left), MAX_TIMER_MS);
+    this.#timerAt = now + delay;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      this.#armDeadline();
+    }, delay);
     this.#timer.unref();
   }
 
@@ -329,6 +345,7 @@ export class Lease implements AsyncDisposable {
 
   #stop(reason: LeaseError): void {
     clearTimeout(this.#timer);
+    this.#timer = undefined;
     this.#keeper?.stop();
     if (this.#ended) return;
     this.#ended = reason;

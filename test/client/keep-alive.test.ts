@@ -172,6 +172,34 @@ describe('deadline without keep-alive', () => {
     await taker.release();
   });
 
+  test('a renewal to a shorter ttl moves the deadline earlier, and the handle is lost then', async () => {
+    const key = uniqueKey();
+    const lease = (await client.acquire(key, { ttl: '1 min' }))!;
+    const renewedAt = performance.now();
+    await lease.renew('1s');
+    // Armed for the minute of the grant, a timer kept as it was would fire 59 s too late.
+    const reason = await abortReason(lease.signal, 10_000);
+    assert.ok(reason instanceof LeaseLostError && reason.status === 'expired', String(reason));
+    const lostAfter = performance.now() - renewedAt;
+    assert.ok(lostAfter >= 900 && lostAfter < 5_000, `lost ${lostAfter.toFixed(0)} ms after`);
+  });
+
+  test('a handle renewed again and again is lost at its last deadline, not an earlier one', async () => {
+    const key = uniqueKey();
+    const lease = (await client.acquire(key, { ttl: '800ms' }))!;
+    for (let i = 0; i < 4; i++) {
+      await sleep(300);
+      await lease.renew();
+    }
+    // 1.2 s after the grant: every deadline but the last has passed.
+    const lastAt = performance.now();
+    assert.equal(lease.signal.aborted, false, String(lease.signal.reason));
+    const reason = await abortReason(lease.signal, 10_000);
+    assert.ok(reason instanceof LeaseLostError && reason.status === 'expired', String(reason));
+    const lostAfter = performance.now() - lastAt;
+    assert.ok(lostAfter >= 400 && lostAfter < 3_000, `lost ${lostAfter.toFixed(0)} ms after`);
+  });
+
   test('a grant that arrives after a long wait gets a deadline measured from the grant', async () => {
     const key = uniqueKey();
     await client.acquire(key, { ttl: '1500ms', owner: 'first' });

@@ -177,9 +177,15 @@ try {
     });
   install(client, `typescript@${typescript}`, '@types/node@20');
 
-  step('pg-lease alone: npx pg-lease --help works, the demo names what to install');
+  step('pg-lease alone: npx pg-lease --help and --version work, the demo names what to install');
   const help = run('npx', ['--no-install', 'pg-lease', '--help'], { cwd: project });
   if (!/Usage: pg-lease/.test(help)) throw new Error(`unexpected help text:\n${help}`);
+  const version = run('npx', ['--no-install', 'pg-lease', '--version'], { cwd: project });
+  const manifest = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+    version: string;
+  };
+  if (!version.startsWith(`pg-lease ${manifest.version} (`))
+    throw new Error(`pg-lease --version said: ${version}`);
   const bare = spawnSync('npx', ['--no-install', 'pg-lease', 'demo'], {
     cwd: project,
     encoding: 'utf8',

@@ -624,7 +624,7 @@ type TimeoutCause = 'held' | 'locked' | 'unanswered';
  * index tuple (0,2) in relation ..."); the words are translated, the tuple's (block,offset) is
  * not.
  */
-export function waitedForRowLock(error: unknown): boolean {
+function waitedForRowLock(error: unknown): boolean {
   const where = (error as { where?: unknown } | null)?.where;
   return typeof where === 'string' && /\(\d+,\d+\)/.test(where.split('\n', 1)[0]!);
 }

@@ -58,7 +58,10 @@ export class KeepAliveGroup {
   join(member: Member, periodMs: number): Bucket {
     let bucket = this.#buckets.get(periodMs);
     if (!bucket) {
-      bucket = new Bucket(periodMs, this.#batcher, () => this.#buckets.delete(periodMs));
+      const created: Bucket = new Bucket(periodMs, this.#batcher, () => {
+        if (this.#buckets.get(periodMs) === created) this.#buckets.delete(periodMs);
+      });
+      bucket = created;
       this.#buckets.set(periodMs, bucket);
     }
     bucket.add(member);
@@ -101,7 +104,7 @@ class Member implements Scheduler {
    * Renews once, and says whether it did; on a transient failure asks the bucket for an early
    * retry. A member whose last renewal has not been answered yet does not send another: on an
    * overloaded server they would only queue behind it, a queue that grows every tick. It
-   * reschedules itself, an interval after that renewal settles.
+   * renews as soon as that renewal settles instead.
    */
   fire(): boolean {
     if (this.#stopped) return false;
@@ -132,9 +135,10 @@ class Member implements Scheduler {
       this.#inFlight = false;
       if (!this.#late) return;
       this.#late = false;
-      if (this.#stopped) return;
-      this.lastFired = performance.now();
-      this.#bucket?.schedule(this);
+      // Due while it was out: renew now. The handle's deadline counts from that renewal's
+      // send, so waiting another interval after its answer could let a slow server's lease
+      // lapse; this still keeps one renewal out at a time.
+      if (!this.#stopped) this.#bucket?.schedule(this);
     });
     return true;
   }
@@ -179,7 +183,9 @@ class Bucket {
   }
 
   remove(member: Member): void {
-    this.members.delete(member);
+    // A lost handle's member is stopped more than once; only its first removal counts, or an
+    // empty bucket would take a newer bucket of the same period out of the group's map.
+    if (!this.members.delete(member)) return;
     this.#unslot(member);
     this.#retrying.delete(member);
     if (this.members.size === 0) {

@@ -249,6 +249,37 @@ describe('shared keep-alive', () => {
     }
   });
 
+  test('renewals answered slower than the interval follow each other at once, and the leases hold', async () => {
+    // Every renew_many is held back 450 ms before it is sent: longer than 15/16 of the 400 ms
+    // interval, so each renewal is still out when the next falls due. Counted from the send,
+    // waiting another interval after the answer would lapse the 1.2 s ttl.
+    class SlowClient extends pg.Client {
+      override query(...args: unknown[]): never {
+        const first = args[0] as string | { text?: string };
+        const text = typeof first === 'string' ? first : (first.text ?? '');
+        const send = () => (super.query as (...a: unknown[]) => never)(...args);
+        if (!text.includes('lease.renew_many(')) return send();
+        return new Promise((resolve) => setTimeout(resolve, 450)).then(send) as never;
+      }
+    }
+    const pool = new pg.Pool({ connectionString: db.url, max: 4, Client: SlowClient });
+    pool.on('error', () => undefined);
+    const client = new LeaseClient(pool);
+    try {
+      const keys = Array.from({ length: 3 }, () => uniqueKey('slow'));
+      const leases = (await client.acquireMany(keys, {
+        ttl: '1200ms',
+        owner: 'worker-slow',
+        keepAlive: true,
+      })) as Lease[];
+      await sleep(4_000);
+      for (const lease of leases) assert.equal(lease.lost, undefined, String(lease.lost));
+      await Promise.all(leases.map((l) => l.release()));
+    } finally {
+      await pool.end();
+    }
+  });
+
   test('a key taken over loses only its own handle; the others keep renewing', async () => {
     const client = new LeaseClient(db.pool);
     const keys = Array.from({ length: 5 }, () => uniqueKey('lose'));

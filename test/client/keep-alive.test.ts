@@ -4,6 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { LeaseClient, LeaseLostError } from '../../src/index.js';
+import { KeepAliveGroup } from '../../src/keep-alive-group.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
@@ -127,6 +128,29 @@ describe('keep-alive', () => {
         blocker.release();
       }
     });
+
+  test('a lost handle stopped again leaves the group keeping its other handles', () => {
+    const group = new KeepAliveGroup({ hold: () => () => undefined });
+    const member = () =>
+      group.scheduler(
+        () => new Promise<never>(() => undefined),
+        () => 60_000,
+        {},
+      );
+    const lost = member();
+    lost.start(performance.now());
+    lost.stop(); // the loss
+    const kept = member();
+    kept.start(performance.now());
+    lost.stop(); // release() of the lost handle stops it once more
+    assert.equal(group.size, 1);
+    const joined = member();
+    joined.start(performance.now());
+    assert.equal(group.size, 2);
+    kept.stop();
+    joined.stop();
+    assert.equal(group.size, 0);
+  });
 
   test('a renewal stuck behind a row lock loses the lease at the deadline, not later', async () => {
     const key = uniqueKey();

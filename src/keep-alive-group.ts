@@ -95,6 +95,18 @@ class Member implements Scheduler {
     this.#bucket = this.group.join(this, this.period());
   }
 
+  reschedule(since: number): void {
+    if (this.#stopped || !this.#bucket) return;
+    this.lastFired = since;
+    const period = this.period();
+    if (period === this.#bucket.periodMs) {
+      this.#bucket.schedule(this);
+      return;
+    }
+    this.#bucket.remove(this);
+    this.#bucket = this.group.join(this, period);
+  }
+
   stop(): void {
     this.#stopped = true;
     this.#bucket?.remove(this);

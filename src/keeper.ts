@@ -40,6 +40,11 @@ export interface Scheduler {
    * when the grant took that long to arrive.
    */
   start(since: number): void;
+  /**
+   * A renewal the caller made succeeded; `since` is when its ttl started. The next renewal is
+   * due one interval (of the ttl now in force) after it.
+   */
+  reschedule(since: number): void;
   stop(): void;
 }
 
@@ -58,6 +63,9 @@ export class Keeper implements Scheduler {
   readonly #ttlMs: () => number;
   readonly #intervalMs: number | undefined;
   readonly #stop = new AbortController();
+  /** When the next renewal is due (monotonic ms), and the wait for it (stop and reschedule end it). */
+  #next = 0;
+  #nudge: AbortController | undefined;
 
   /**
    * @param renew renews once; rejects with a {@link LeaseError} when the lease is gone (the
@@ -71,35 +79,43 @@ export class Keeper implements Scheduler {
   }
 
   start(since: number): void {
-    void this.#run(since);
+    this.#next = since + this.#period();
+    void this.#run();
+  }
+
+  reschedule(since: number): void {
+    this.#next = since + this.#period();
+    this.#nudge?.abort();
   }
 
   stop(): void {
     this.#stop.abort();
+    this.#nudge?.abort();
   }
 
-  async #run(since: number): Promise<void> {
-    let delay = Math.max(0, since + this.#period() - performance.now());
+  async #run(): Promise<void> {
     while (!this.#stop.signal.aborted) {
-      if (!(await this.#wait(delay))) return;
+      const nudge = new AbortController();
+      this.#nudge = nudge;
+      const delay = Math.max(0, this.#next - performance.now());
+      const slept = await sleepUntilStopped(delay, nudge.signal);
+      this.#nudge = undefined;
+      if (this.#stop.signal.aborted) return;
+      if (!slept) continue; // rescheduled: wait for the new time
       try {
         await this.#renew();
-        delay = this.#period();
+        this.#next = performance.now() + this.#period();
       } catch (error) {
         if (error instanceof LeaseError) return;
         // A transient failure (connection refused, server restarting, ...): try again soon, for
         // as long as the handle's deadline allows; the handle gives up, not the keeper.
-        delay = Math.min(1_000, Math.max(10, this.#ttlMs() / 10));
+        this.#next = performance.now() + Math.min(1_000, Math.max(10, this.#ttlMs() / 10));
       }
     }
   }
 
   #period(): number {
     return this.#intervalMs ?? this.#ttlMs() / 3;
-  }
-
-  #wait(ms: number): Promise<boolean> {
-    return sleepUntilStopped(ms, this.#stop.signal);
   }
 }
 

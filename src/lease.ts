@@ -200,7 +200,11 @@ export class Lease implements AsyncDisposable {
         ? this.#ttlMicroseconds
         : validateInput('renew', { key: this.key, owner: this.owner, epoch: this.epoch, ttl })
             .ttlMicroseconds;
-    return this.#renewSerialized(ttlMicroseconds);
+    const expiresAt = await this.#renewSerialized(ttlMicroseconds);
+    // The keep-alive counts from this renewal, at the interval of the ttl now in force: a
+    // shorter ttl must not wait for the old interval.
+    this.#keeper?.reschedule(this.#deadline - this.#ttlMicroseconds / 1000);
+    return expiresAt;
   }
 
   /**

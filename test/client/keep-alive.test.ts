@@ -129,6 +129,18 @@ describe('keep-alive', () => {
       }
     });
 
+  for (const shared of [true, false])
+    test(`a renew to a shorter ttl moves keep-alive to that ttl's interval (${shared ? 'shared keep-alive' : 'a keep-alive of its own'})`, async () => {
+      const own = new LeaseClient(db.pool, { sharedKeepAlive: shared });
+      const lease = (await own.acquire(uniqueKey(), { ttl: '3s', keepAlive: true }))!;
+      await sleep(100);
+      await lease.renew('600ms');
+      // On the 1 s interval of the 3 s ttl, the next renewal would come after the 600 ms lapsed.
+      await sleep(2_000);
+      assert.equal(lease.lost, undefined, String(lease.lost));
+      assert.equal(await lease.release(), 'ok');
+    });
+
   test('a lost handle stopped again leaves the group keeping its other handles', () => {
     const group = new KeepAliveGroup({ hold: () => () => undefined });
     const member = () =>

@@ -123,7 +123,7 @@ export class Lease implements AsyncDisposable {
     this.#deadline = grant.deadline;
     this.#armDeadline();
     if (keepAlive && !this.#ended) {
-      const renew = () => this.#renewSerialized(this.#ttlMicroseconds);
+      const renew = () => this.#renewSerialized();
       const ttlMs = () => this.#ttlMicroseconds / 1000;
       this.#keeper =
         calls.scheduler?.(renew, ttlMs, keepAlive) ?? new Keeper(renew, ttlMs, keepAlive);
@@ -197,7 +197,7 @@ export class Lease implements AsyncDisposable {
   async renew(ttl?: Duration): Promise<Date> {
     const ttlMicroseconds =
       ttl === undefined
-        ? this.#ttlMicroseconds
+        ? undefined
         : validateInput('renew', { key: this.key, owner: this.owner, epoch: this.epoch, ttl })
             .ttlMicroseconds;
     const expiresAt = await this.#renewSerialized(ttlMicroseconds);
@@ -246,8 +246,12 @@ export class Lease implements AsyncDisposable {
   }
 
   /** Renewals run one at a time, so the deadline always comes from the last one the server ran. */
-  #renewSerialized(ttlMicroseconds: number): Promise<Date> {
-    const renewal = this.#renewals.then(() => this.#renewOnce(ttlMicroseconds));
+  #renewSerialized(ttlMicroseconds?: number): Promise<Date> {
+    // Without a ttl (keep-alive, renew()), the ttl in force when the renewal runs: one queued
+    // behind a renew(ttl) must not put the old ttl back.
+    const renewal = this.#renewals.then(() =>
+      this.#renewOnce(ttlMicroseconds ?? this.#ttlMicroseconds),
+    );
     this.#renewals = renewal.catch(() => undefined);
     return renewal;
   }

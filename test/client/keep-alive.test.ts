@@ -141,6 +141,33 @@ describe('keep-alive', () => {
       assert.equal(await lease.release(), 'ok');
     });
 
+  test('a keep-alive renewal queued behind a renew(ttl) renews with that new ttl, not the old one', async () => {
+    const key = uniqueKey();
+    const lease = (await client.acquire(key, { ttl: '3s', keepAlive: { interval: '200ms' } }))!;
+    const blocker = new pg.Client({ connectionString: db.url });
+    await blocker.connect();
+    try {
+      // The row is locked: the renew to 1.5 s waits, and keep-alive renewals queue behind it.
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT 1 FROM lease.leases WHERE key = $1 FOR UPDATE', [key]);
+      const renewing = lease.renew('1500ms');
+      await sleep(500);
+      await blocker.query('ROLLBACK');
+      await renewing;
+      await sleep(300); // the queued keep-alive renewal has run
+      const { rows } = await db.pool.query<{ left: number }>(
+        `SELECT extract(epoch FROM expires_at - clock_timestamp()) * 1000 AS left
+           FROM lease.leases WHERE key = $1`,
+        [key],
+      );
+      assert.ok(Number(rows[0]!.left) <= 1_500, `${Number(rows[0]!.left).toFixed(0)} ms left`);
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    }
+    await lease.release();
+  });
+
   test('a lost handle stopped again leaves the group keeping its other handles', () => {
     const group = new KeepAliveGroup({ hold: () => () => undefined });
     const member = () =>

@@ -126,23 +126,15 @@ class Member implements Scheduler {
     }
     this.#inFlight = true;
     this.lastFired = performance.now();
-    const renewal = this.renew().then(
-      () => {
-        // The ttl may have changed (lease.renew(ttl)): move to the matching group.
-        const period = this.period();
-        if (!this.#stopped && this.#bucket && period !== this.#bucket.periodMs) {
-          this.#bucket.remove(this);
-          this.#bucket = this.group.join(this, period);
-        }
-      },
-      (error: unknown) => {
-        if (error instanceof LeaseError) {
-          this.stop();
-          return;
-        }
-        this.#bucket?.retry(this, Math.min(1_000, Math.max(10, this.ttlMs() / 10)));
-      },
-    );
+    // A keep-alive renewal keeps the ttl in force; only lease.renew(ttl) changes it, and that
+    // moves the member to its new interval's bucket (reschedule).
+    const renewal = this.renew().catch((error: unknown) => {
+      if (error instanceof LeaseError) {
+        this.stop();
+        return;
+      }
+      this.#bucket?.retry(this, Math.min(1_000, Math.max(10, this.ttlMs() / 10)));
+    });
     void renewal.finally(() => {
       this.#inFlight = false;
       if (!this.#late) return;

@@ -8,8 +8,9 @@
  * member waits in the slot of the last tick before one interval has passed since its last
  * renewal, so it renews every 15/16 of an interval, never later than one interval after the
  * last renewal unless the timer is a whole tick late, and a tick touches only the members it
- * renews. A new member counts from when its grant's ttl started, and renews as soon as it joins
- * if its grant took that long to arrive. Handles that join within the same sixteenth of an
+ * renews; a tick also takes the next tick's members, so members a tick boundary split renew
+ * together again. A new member counts from when its grant's ttl started, and renews as soon as
+ * it joins if its grant took that long to arrive. Handles that join within the same sixteenth of an
  * interval renew at the same ticks, so their renewals share statements. Like the per-handle
  * keeper, the group only schedules: each handle still decides for itself, from its own
  * monotonic deadline and the server's answer for its key, whether it is lost, and its own
@@ -249,8 +250,12 @@ class Bucket {
     while (!this.#stop.signal.aborted) {
       const next = (this.#done + 1) * this.#tickMs;
       if (!(await this.#wait(Math.max(1, next - performance.now())))) return;
-      // A late timer (a busy event loop) renews every slot it passed, in one tick.
-      const now = Math.floor(performance.now() / this.#tickMs);
+      // A late timer (a busy event loop) renews every slot it passed, in one tick. The next
+      // slot comes along, a tick early: handles a tick boundary split (one statement's grants
+      // measured a few µs apart, say) then renew together from here on, in one statement.
+      // A timer may also wake a fraction of a millisecond early: that is still its tick.
+      const now = Math.max(this.#done + 1, Math.floor(performance.now() / this.#tickMs));
+      const last = now + 1;
       const due: Member[] = [];
       const take = (tick: number) => {
         const slot = this.#slots.get(tick);
@@ -262,10 +267,10 @@ class Bucket {
         }
       };
       // Whichever is shorter: the ticks passed, or the slots there are.
-      if (now - this.#done <= this.#slots.size)
-        for (let tick = this.#done + 1; tick <= now; tick++) take(tick);
-      else for (const tick of [...this.#slots.keys()]) if (tick <= now) take(tick);
-      this.#done = Math.max(this.#done, now);
+      if (last - this.#done <= this.#slots.size)
+        for (let tick = this.#done + 1; tick <= last; tick++) take(tick);
+      else for (const tick of [...this.#slots.keys()]) if (tick <= last) take(tick);
+      this.#done = Math.max(this.#done, last);
       this.#fire(due);
     }
   }

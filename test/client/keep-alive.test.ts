@@ -168,6 +168,33 @@ describe('keep-alive', () => {
     await lease.release();
   });
 
+  test('handles a tick boundary split renew together after their first renewal', async () => {
+    const group = new KeepAliveGroup({ hold: () => () => undefined });
+    const fired: number[][] = [[], []];
+    const member = (i: number) =>
+      group.scheduler(
+        async () => void fired[i]!.push(performance.now()),
+        () => 60_000,
+        { interval: '320ms' }, // a tick of 20 ms
+      );
+    // Two ttl starts 2 ms apart, on either side of a tick boundary: adjacent slots.
+    const tickMs = 20;
+    const boundary = (Math.floor(performance.now() / tickMs) + 3) * tickMs;
+    const a = member(0);
+    const b = member(1);
+    a.start(boundary - 320 - 1);
+    b.start(boundary - 320 + 1);
+    await sleep(1_000);
+    a.stop();
+    b.stop();
+    assert.ok(fired[0]!.length >= 3 && fired[1]!.length >= 3, JSON.stringify(fired));
+    for (let i = 0; i < 3; i++)
+      assert.ok(
+        Math.abs(fired[0]![i]! - fired[1]![i]!) < 5,
+        `renewal ${i + 1}: ${(fired[1]![i]! - fired[0]![i]!).toFixed(1)} ms apart`,
+      );
+  });
+
   test('a lost handle stopped again leaves the group keeping its other handles', () => {
     const group = new KeepAliveGroup({ hold: () => () => undefined });
     const member = () =>

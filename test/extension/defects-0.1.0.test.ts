@@ -309,7 +309,7 @@ describe('2. a pre-made schema lease that others may create in is not taken over
         const { rows } = await admin.query(
           `SELECT has_table_privilege($1, 'lease.leases', 'SELECT') AS sel,
                   has_table_privilege($1, 'lease.leases', 'UPDATE') AS upd,
-                  has_function_privilege($1, 'lease._validate(text,text,text,bigint,interval,interval)', 'EXECUTE') AS helper,
+                  has_function_privilege($1, 'lease._lock_margin()', 'EXECUTE') AS helper,
                   has_function_privilege($1, 'lease.acquire(text,text,interval,interval)', 'EXECUTE') AS api`,
           [eve],
         );

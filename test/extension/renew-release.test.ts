@@ -306,7 +306,8 @@ describe('naming a refusal', () => {
     const key = uniqueKey('refusal-null-epoch');
     assert.equal((await acquire(db.pool, key, 'worker-a', '1 minute')).acquired, true);
     const { rows } = await db.pool.query<{ status: string | null }>(
-      'SELECT lease._refusal($1, $2, NULL::bigint, clock_timestamp()) AS status',
+      `SELECT lease._refusal_of(l.owner, l.epoch, l.expires_at, $2, NULL::bigint, clock_timestamp()) AS status
+         FROM lease.leases AS l WHERE l.key = $1`,
       [key, 'worker-a'],
     );
     assert.equal(rows[0]!.status, 'epoch_mismatch');

@@ -1,7 +1,9 @@
 /**
  * lease.watch and the release notification (SEMANTICS.md §4 watch, §10 Waiting): a release
  * notifies channel pg_lease only while a waiter's mark on the key lasts, marks are written
- * only for held keys and at most once per half mark, and watching is no act of ownership.
+ * only for held keys and at most once per half mark; a mark lasts at most five minutes and
+ * ends with the grant it was made against; with owners bound to roles only a role that may act
+ * for the holder marks.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -152,20 +154,71 @@ describe('lease.watch', { concurrency: false }, () => {
     assert.match(error.detail ?? '', /key must be a non-empty string; wait must be a non-negative/);
   });
 
-  test('watching is no act of ownership: with owners bound to roles, any role may watch', async () => {
-    let watcher: TestRole | undefined;
-    const key = uniqueKey('bound');
+  test('with owners bound to roles, only a role that may act for the holder marks; others poll', async () => {
+    const roles: TestRole[] = [];
+    const strangerKey = uniqueKey('bound-stranger');
     try {
-      await acquire(db.pool, key, 'holder', '1 min');
+      const holder = await createRole(db);
+      const stranger = await createRole(db);
+      roles.push(holder, stranger);
+      const ownKey = uniqueKey('bound-own');
+      await acquire(db.pool, strangerKey, `${holder.name}/a`, '1 min');
+      await acquire(db.pool, ownKey, `${holder.name}/b`, '1 min');
       await db.pool.query('SELECT lease.bind_owners(true)');
-      watcher = await createRole(db);
-      const client = await watcher.connect();
-      const { rows } = await client.query('SELECT * FROM lease.watch($1, $2)', [key, '30 seconds']);
-      assert.equal(rows[0].held, true);
-      assert.ok((await watchedUntil(key))! > new Date());
+
+      // A role that may not act for the holder learns what inspect says and writes nothing:
+      // a mark would hold the holder's row lock for as long as its transaction stays open.
+      const asStranger = await stranger.connect();
+      await asStranger.query('BEGIN');
+      const seen = await asStranger.query('SELECT * FROM lease.watch($1, $2)', [strangerKey, '30 seconds']);
+      assert.equal(seen.rows[0].held, true);
+      assert.equal(seen.rows[0].notifies, false);
+      // The holder renews at once although the stranger's transaction is still open.
+      const renewed = await db.pool.query(
+        `SELECT status FROM lease.renew($1, $2, 1, '1 min')`,
+        [strangerKey, `${holder.name}/a`],
+      );
+      assert.equal(renewed.rows[0].status, 'ok');
+      await asStranger.query('COMMIT');
+      assert.equal(await watchedUntil(strangerKey), null);
+
+      // The holder's own role marks its key.
+      const asHolder = await holder.connect();
+      const own = await asHolder.query('SELECT * FROM lease.watch($1, $2)', [ownKey, '30 seconds']);
+      assert.equal(own.rows[0].notifies, true);
+      assert.ok((await watchedUntil(ownKey))! > new Date());
     } finally {
       await db.pool.query('SELECT lease.bind_owners(false)');
-      await watcher?.drop();
+      for (const role of roles) await role.drop();
     }
+  });
+
+  test('a mark lasts at most five minutes, whatever wait asks for', async () => {
+    const key = uniqueKey('watch-cap');
+    await acquire(db.pool, key, 'holder', '1 hour');
+    const watched = await db.pool.query(`SELECT * FROM lease.watch($1, interval '1000 years')`, [key]);
+    assert.equal(watched.rows[0].notifies, true);
+    const { rows } = await db.pool.query<{ ok: boolean }>(
+      `SELECT watched_until BETWEEN clock_timestamp() + interval '4 minutes'
+                                AND clock_timestamp() + interval '5 minutes' AS ok
+         FROM lease.leases WHERE key = $1`,
+      [key],
+    );
+    assert.equal(rows[0]!.ok, true);
+  });
+
+  test('the next grant ends a mark: a later holder\'s release notifies nobody', async () => {
+    const key = uniqueKey('watch-next-grant');
+    const first = await acquire(db.pool, key, 'holder-a', '200 milliseconds');
+    await db.pool.query(`SELECT * FROM lease.watch($1, '1 minute')`, [key]);
+    assert.ok((await watchedUntil(key))! > new Date());
+    await sleep(300);
+    const second = await acquire(db.pool, key, 'holder-b', '1 min');
+    assert.equal(second.acquired, true);
+    assert.ok(second.epoch! > first.epoch!);
+    assert.equal(await watchedUntil(key), null);
+    notified.length = 0;
+    await release(db.pool, key, 'holder-b', second.epoch!);
+    assert.equal(await notifiedOf(key), false);
   });
 });

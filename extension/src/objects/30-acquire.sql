@@ -40,9 +40,13 @@
  * on the same row (§4: wait = 0 may do so); the caller's lock_timeout
  * applies.  lease._acquire_wait caps that wait for blocking acquires.
  *
+ * A grant ends the key's watch mark (37-watch.sql): a waiter marked the
+ * grant it waited for, and marks the next one itself if it still waits.
+ *
  * Every granting statement runs in a subtransaction or is the INSERT, so a
  * transaction that grants more than 64 existing keys overflows the
- * subtransaction cache; the README notes this.
+ * subtransaction cache; the README notes this.  The batches are made of
+ * this call (70-batch.sql).
  */
 CREATE OR REPLACE FUNCTION lease.acquire(
     p_key   text,
@@ -60,15 +64,17 @@ DECLARE
     v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
     v_owner      text;
     v_epoch      bigint;
+    v_first      bigint;
     v_expires_at timestamptz;
     v_again      boolean;
     v_confirmed  boolean;
 BEGIN
     -- Fast path (see lease._is_plain_text); wait = 0 is part of it.
     IF (lease._is_plain_ttl(p_ttl) AND lease._is_plain_zero(p_wait)
-        AND lease._is_plain_session()) IS NOT TRUE THEN
-        PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
-        PERFORM lease._begin_write('acquire'::text);
+        AND lease._is_plain_session() AND NOT lease._owners_bound()) IS NOT TRUE THEN
+        PERFORM lease._validate('acquire', ARRAY[p_key], p_owner, p_ttl => p_ttl, p_wait => p_wait);
+        PERFORM lease._begin_write('acquire');
+        PERFORM lease._act_for(p_owner);
         IF p_wait <> interval '0' THEN
             RETURN QUERY
                 SELECT w.acquired, w.epoch, w.expires_at
@@ -83,9 +89,10 @@ BEGIN
             UPDATE lease.leases AS l
                SET owner = p_owner,
                    epoch = l.epoch + 1,
-                   expires_at = v_now + p_ttl
+                   expires_at = v_now + p_ttl,
+                   watched_until = NULL
              WHERE l.key = p_key COLLATE pg_catalog."C"
-               AND (l.owner IS NULL OR l.expires_at <= v_now)
+               AND NOT lease._is_live(l.owner, l.expires_at, v_now)
             RETURNING true, l.epoch, l.expires_at INTO acquired, epoch, expires_at;
 
             IF acquired THEN
@@ -100,13 +107,13 @@ BEGIN
             WHEN check_violation THEN
                 -- The new row broke the table's CHECK constraints: the owner
                 -- is invalid.  lease._validate says so (22023).
-                PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
+                PERFORM lease._validate('acquire', ARRAY[p_key], p_owner, p_ttl => p_ttl, p_wait => p_wait);
                 RAISE;
         END;
 
         -- Nothing granted: now check what the UPDATE did not prove valid.
         IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)) IS NOT TRUE THEN
-            PERFORM lease._validate('acquire'::text, p_key, p_owner, NULL::bigint, p_ttl, p_wait);
+            PERFORM lease._validate('acquire', ARRAY[p_key], p_owner, p_ttl => p_ttl, p_wait => p_wait);
         END IF;
 
         -- 2. Why not?
@@ -117,9 +124,11 @@ BEGIN
 
         IF NOT FOUND THEN
             -- 3. NEVER -> HELD(owner, floor + 1, now + ttl); the floor is 0
-            -- until lease.purge deletes a key (see lease._first_grant_epoch).
+            -- until lease.purge deletes a key.  The floor is read before the
+            -- INSERT and again after it (lease._first_grant_epoch).
+            SELECT f.epoch + 1 INTO v_first FROM lease.epoch_floor AS f;
             INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
-            VALUES (p_key, p_owner, (SELECT f.epoch + 1 FROM lease.epoch_floor AS f), v_now + p_ttl)
+            VALUES (p_key, p_owner, v_first, v_now + p_ttl)
             ON CONFLICT (key) DO NOTHING
             RETURNING true, l.epoch, l.expires_at INTO acquired, epoch, expires_at;
 
@@ -128,7 +137,7 @@ BEGIN
                 RETURN NEXT;
                 RETURN;
             END IF;
-        ELSIF v_owner IS NOT NULL AND v_now < v_expires_at THEN
+        ELSIF lease._is_live(v_owner, v_expires_at, v_now) THEN
             -- HELD (§2): the same owner gets its grant unchanged, anyone
             -- else is denied.
             IF v_owner = p_owner COLLATE pg_catalog."C" THEN
@@ -145,7 +154,7 @@ BEGIN
                      WHERE l.key = p_key COLLATE pg_catalog."C"
                        AND l.owner = p_owner COLLATE pg_catalog."C"
                        AND l.epoch = v_epoch;
-                    v_confirmed := FOUND AND pg_catalog.clock_timestamp() < v_expires_at;
+                    v_confirmed := FOUND AND lease._is_live(v_owner, v_expires_at, pg_catalog.clock_timestamp());
                 ELSIF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
                     -- §10 Isolation: under REPEATABLE READ or SERIALIZABLE
                     -- the SELECT read the transaction's snapshot, which may
@@ -158,7 +167,7 @@ BEGIN
                     PERFORM FROM lease.leases AS l
                      WHERE l.key = p_key COLLATE pg_catalog."C"
                        FOR SHARE;
-                    IF pg_catalog.clock_timestamp() >= v_expires_at THEN
+                    IF NOT lease._is_live(v_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
                         RAISE EXCEPTION 'pg_lease: the grant lapsed while acquire waited for its row'
                             USING ERRCODE = 'serialization_failure',
                                   HINT = 'Retry the transaction; acquire then makes a new grant.';

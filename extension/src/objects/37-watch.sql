@@ -12,7 +12,11 @@
  * The mark is a time, not a count: "someone waits for a release of this
  * key until then".  A waiter that dies stops renewing it and it runs out
  * on its own; until then releases of the key notify for nobody, which
- * costs the notification and nothing else.  Waiters that cannot be
+ * costs the notification and nothing else.  Since 0.2.1 the mark is
+ * bounded twice: it lasts at most lease._watch_cap() (waiters renew it at
+ * half, as the client does), and the next grant of the key ends it
+ * (lease.acquire clears it), so a mark made against one grant never makes
+ * a later holder's releases notify.  Waiters that cannot be
  * notified (LISTEN does not work behind a pooler in transaction mode) do
  * not mark: they poll, and their marks would only make releases pay.
  */
@@ -43,8 +47,9 @@ REVOKE ALL ON FUNCTION lease._wake(text) FROM PUBLIC;
  * released", then inspect's view of the key.
  *
  * While the key is held it makes sure the key's mark lasts at least until
- * server time + wait: the row is written only when the mark would end
- * before half of that, so many waiters of one key share one write.  A key
+ * server time + wait, or + lease._watch_cap() if that is shorter: the row
+ * is written only when the mark would end before half of that, so many
+ * waiters of one key share one write.  A key
  * not held is not marked (the caller should try to acquire it now).
  *
  * No lost wake-up: the mark is written to the key's row, which a release
@@ -60,6 +65,14 @@ REVOKE ALL ON FUNCTION lease._wake(text) FROM PUBLIC;
  * for a row lock itself (SKIP LOCKED); notifies says whether the mark
  * stands.
  */
+CREATE OR REPLACE FUNCTION lease._watch_cap()
+    RETURNS interval
+    LANGUAGE sql
+    IMMUTABLE PARALLEL SAFE
+RETURN interval '5 minutes';
+
+REVOKE ALL ON FUNCTION lease._watch_cap() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION lease.watch(
     p_key  text,
     p_wait interval)
@@ -72,16 +85,21 @@ CREATE OR REPLACE FUNCTION lease.watch(
     ROWS 1
 AS $function$
 DECLARE
-    v_now   CONSTANT timestamptz := pg_catalog.clock_timestamp();
-    v_held  boolean;
-    v_fresh boolean;
+    v_now    CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    v_span   interval;
+    v_holder text;
+    v_held   boolean;
+    v_fresh  boolean;
 BEGIN
-    PERFORM lease._validate('acquire'::text, p_key, 'watch'::text, NULL::bigint,
-                            interval '1 second', p_wait);
+    IF (lease._is_plain_text(p_key) AND p_wait IS NOT NULL
+        AND lease._interval_problem('wait', p_wait, false) IS NULL) IS NOT TRUE THEN
+        PERFORM lease._validate('watch', ARRAY[p_key], p_wait => p_wait);
+    END IF;
+    v_span := LEAST(p_wait, lease._watch_cap());
 
-    SELECT l.owner IS NOT NULL AND l.expires_at > v_now,
-           l.watched_until >= v_now + p_wait / 2
-      INTO v_held, v_fresh
+    SELECT l.owner, lease._is_live(l.owner, l.expires_at, v_now),
+           l.watched_until >= v_now + v_span / 2
+      INTO v_holder, v_held, v_fresh
       FROM lease.leases AS l
      WHERE l.key = p_key COLLATE pg_catalog."C";
 
@@ -89,15 +107,18 @@ BEGIN
     -- row nobody has locked: a fenced transaction holds its key's row for
     -- as long as it runs, and a waiter must not queue behind it.  Unmarked,
     -- the caller learns notifies = false and polls instead.  A mark already
-    -- committed is read by any later release, locked row or not.
-    IF v_held AND v_fresh IS NOT TRUE THEN
+    -- committed is read by any later release, locked row or not.  With
+    -- owners bound to roles, only a role that may act for the holder marks
+    -- (the mark's write would otherwise let anyone hold the holder's row
+    -- lock and make its releases notify); others poll.
+    IF v_held AND v_fresh IS NOT TRUE AND lease._may_act_for(v_holder) THEN
         UPDATE lease.leases AS l
-           SET watched_until = v_now + p_wait
+           SET watched_until = v_now + v_span
          WHERE l.key = (SELECT c.key
                           FROM lease.leases AS c
                          WHERE c.key = p_key COLLATE pg_catalog."C"
-                           AND c.owner IS NOT NULL
-                           AND c.expires_at > v_now
+                           AND c.owner = v_holder COLLATE pg_catalog."C"
+                           AND lease._is_live(c.owner, c.expires_at, v_now)
                            FOR NO KEY UPDATE SKIP LOCKED)
            AND l.key = p_key COLLATE pg_catalog."C";
         v_fresh := FOUND;
@@ -111,7 +132,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    held := owner IS NOT NULL AND pg_catalog.clock_timestamp() < expires_at;
+    held := lease._is_live(owner, expires_at, pg_catalog.clock_timestamp());
     IF NOT held THEN
         owner := NULL;
         expires_at := NULL;

@@ -1,51 +1,4 @@
 /*
- * lease._refusal: why a renew or release did not match (§4 renew).
- *
- * Called only after the guarded UPDATE changed nothing.  Applies the checks
- * in contract order, so the first failing one decides (I8):
- *   not_owner       no row, row free, or another owner (even if lapsed)
- *   lapsed          the caller's grant has expired
- *   epoch_mismatch  the caller's live grant has another epoch
- * Returns NULL when the row now matches after all: it changed between the
- * UPDATE's snapshot and this one, and the caller should try again.  The
- * callers validate a NULL epoch away first; IS DISTINCT FROM still makes
- * one a refusal rather than a "matches after all" that they would retry
- * for ever.
- */
-CREATE OR REPLACE FUNCTION lease._refusal(
-    p_key   text,
-    p_owner text,
-    p_epoch bigint,
-    p_now   timestamptz)
-    RETURNS text
-    LANGUAGE plpgsql
-    STABLE
-    SET search_path = pg_catalog, pg_temp
-AS $function$
-DECLARE
-    v_owner      text;
-    v_epoch      bigint;
-    v_expires_at timestamptz;
-BEGIN
-    SELECT l.owner, l.epoch, l.expires_at
-      INTO v_owner, v_epoch, v_expires_at
-      FROM lease.leases AS l
-     WHERE l.key = p_key COLLATE pg_catalog."C";
-
-    IF NOT FOUND OR v_owner IS NULL
-       OR v_owner <> p_owner COLLATE pg_catalog."C" THEN
-        RETURN 'not_owner';
-    ELSIF p_now >= v_expires_at THEN
-        RETURN 'lapsed';
-    ELSIF v_epoch IS DISTINCT FROM p_epoch THEN
-        RETURN 'epoch_mismatch';
-    END IF;
-    RETURN NULL;
-END;
-$function$;
-
-REVOKE ALL ON FUNCTION lease._refusal(text, text, bigint, timestamptz) FROM PUBLIC;
-/*
  * lease._lock_margin: how much of a grant must be left, and how quickly the
  * guarded UPDATE must finish, for renew and release to skip locking the row
  * before deciding (§10, "Lapse is final, also after a lock wait").
@@ -66,7 +19,8 @@ REVOKE ALL ON FUNCTION lease._refusal(text, text, bigint, timestamptz) FROM PUBL
  *      stalled), its subtransaction is rolled back, and so is a grant that
  *      had too little left.  Then the row is locked first (FOR NO KEY
  *      UPDATE, which under READ COMMITTED finds the newest version), the
- *      clock is read, and only a live grant is written.
+ *      clock is read, and only a grant live by that reading is written, by
+ *      the same UPDATE.
  *
  * The new expiry is computed from v_now, earlier than the decision: that
  * only shortens it.  The margin decides speed, never the answer.
@@ -80,9 +34,98 @@ RETURN interval '100 milliseconds';
 REVOKE ALL ON FUNCTION lease._lock_margin() FROM PUBLIC;
 
 /*
- * lease.renew (§4 renew).  Non-ok changes nothing and reports expires_at
- * NULL.  renew never changes the epoch (I4).
+ * lease.renew and lease.release (§4 renew, §4 release) are one body: the
+ * block below defines both from it, filling in what differs, which is the
+ * fast test of the arguments and the write itself.
+ *
+ *   renew     expires_at := now + ttl; the epoch never changes (I4)
+ *   release   the key becomes FREE, its epoch moves past the released one,
+ *             which fences it (I7), released_at records when (for
+ *             lease.purge); waiters are notified when someone watches
+ *             (37-watch.sql)
+ *
+ * A refusal (lease._refusal_of, I8) changes nothing; renew then reports
+ * expires_at NULL.  Key, owner and epoch are checked once nothing matched:
+ * a matching row proves them valid (see lease._is_plain_text).  A refusal
+ * that matches after all (the row changed between the two statements'
+ * snapshots) goes round again.
  */
+DO $define$
+DECLARE
+    v_body CONSTANT text := $body$
+DECLARE
+    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
+    -- 1. needs more than the margin left; 2. (v_locked) a live grant.
+    v_need       timestamptz := v_now + lease._lock_margin();
+    v_locked     boolean;
+    v_written    timestamptz;
+    v_expires_at timestamptz;
+    v_owner      text;
+    v_epoch      bigint;
+BEGIN
+    IF (%1$s AND lease._is_plain_session() AND NOT lease._owners_bound()) IS NOT TRUE THEN
+        PERFORM lease._validate('%2$s', ARRAY[p_key], p_owner, ARRAY[p_epoch]%3$s);
+        PERFORM lease._begin_write('%2$s');
+        PERFORM lease._act_for(p_owner);
+    END IF;
+
+    LOOP
+        -- 1. (and 2., once the row is locked) The guarded write.
+        BEGIN
+            UPDATE lease.leases AS l
+               SET %4$s
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+               AND l.owner = p_owner COLLATE pg_catalog."C"
+               AND l.epoch = p_epoch
+               AND l.expires_at > v_need
+            RETURNING %5$s, pg_catalog.clock_timestamp() INTO %6$s, v_written;
+            IF FOUND THEN
+                -- Written within the margin (v_locked is NULL until 2.).
+                IF v_locked OR v_written < v_need THEN
+                    RETURN NEXT;
+                    RETURN;
+                END IF;
+                RAISE EXCEPTION USING ERRCODE = 'PLL02';
+            END IF;
+        EXCEPTION
+            WHEN SQLSTATE 'PLL02' THEN
+                NULL;
+        END;
+
+        -- 2. Lock the row first and decide with a clock read then.
+        SELECT l.expires_at
+          INTO v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C"
+           AND l.owner = p_owner COLLATE pg_catalog."C"
+           AND l.epoch = p_epoch
+           AND l.expires_at > v_now
+           FOR NO KEY UPDATE;
+        IF FOUND AND lease._is_live(p_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
+            v_locked := true;
+            v_need := v_now;
+            CONTINUE;
+        END IF;
+
+        -- Nothing matched: now check what a match would have proven valid.
+        IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
+            AND p_epoch IS NOT NULL) IS NOT TRUE THEN
+            PERFORM lease._validate('%2$s', ARRAY[p_key], p_owner, ARRAY[p_epoch]%3$s);
+        END IF;
+        SELECT l.owner, l.epoch, l.expires_at
+          INTO v_owner, v_epoch, v_expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C";
+        status := lease._refusal_of(v_owner, v_epoch, v_expires_at,
+                                    p_owner, p_epoch, pg_catalog.clock_timestamp());
+        EXIT WHEN status IS NOT NULL;
+    END LOOP;
+    %7$s
+    RETURN NEXT;
+END;
+$body$;
+BEGIN
+    EXECUTE pg_catalog.format($sql$
 CREATE OR REPLACE FUNCTION lease.renew(
     p_key   text,
     p_owner text,
@@ -94,84 +137,16 @@ CREATE OR REPLACE FUNCTION lease.renew(
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     ROWS 1
-AS $function$
-DECLARE
-    c_margin     CONSTANT interval := lease._lock_margin();
-    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
-    v_locked     timestamptz;
-    v_expires_at timestamptz;
-BEGIN
-    -- Fast path: see lease._is_plain_text.
-    IF (lease._is_plain_ttl(p_ttl) AND lease._is_plain_session()) IS NOT TRUE THEN
-        PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
-        PERFORM lease._begin_write('renew'::text);
-    END IF;
+AS %s$sql$, pg_catalog.quote_literal(pg_catalog.format(v_body,
+        'lease._is_plain_ttl(p_ttl)',
+        'renew',
+        ', p_ttl => p_ttl',
+        'expires_at = v_now + p_ttl',
+        '''ok'', l.expires_at',
+        'status, expires_at',
+        'expires_at := NULL;')));
 
-    -- 1. A grant with more than the margin left, renewed within the margin
-    -- (see lease._lock_margin).
-    BEGIN
-        UPDATE lease.leases AS l
-           SET expires_at = v_now + p_ttl
-         WHERE l.key = p_key COLLATE pg_catalog."C"
-           AND l.owner = p_owner COLLATE pg_catalog."C"
-           AND l.epoch = p_epoch
-           AND l.expires_at > v_now + c_margin
-        RETURNING 'ok', l.expires_at, pg_catalog.clock_timestamp()
-             INTO status, expires_at, v_locked;
-        IF FOUND THEN
-            IF v_locked < v_now + c_margin THEN
-                RETURN NEXT;
-                RETURN;
-            END IF;
-            RAISE EXCEPTION USING ERRCODE = 'PLL02';
-        END IF;
-    EXCEPTION
-        WHEN SQLSTATE 'PLL02' THEN
-            NULL;
-    END;
-
-    -- 2. Otherwise lock the row first and decide with a clock read then.
-    LOOP
-        SELECT l.expires_at
-          INTO v_expires_at
-          FROM lease.leases AS l
-         WHERE l.key = p_key COLLATE pg_catalog."C"
-           AND l.owner = p_owner COLLATE pg_catalog."C"
-           AND l.epoch = p_epoch
-           AND l.expires_at > v_now
-           FOR NO KEY UPDATE;
-        IF FOUND AND pg_catalog.clock_timestamp() < v_expires_at THEN
-            UPDATE lease.leases AS l
-               SET expires_at = v_now + p_ttl
-             WHERE l.key = p_key COLLATE pg_catalog."C"
-            RETURNING 'ok', l.expires_at INTO status, expires_at;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-
-        -- Nothing matched: now check what a match would have proven valid.
-        IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
-            AND p_epoch IS NOT NULL) IS NOT TRUE THEN
-            PERFORM lease._validate('renew'::text, p_key, p_owner, p_epoch, p_ttl, NULL::interval);
-        END IF;
-        status := lease._refusal(p_key, p_owner, p_epoch, pg_catalog.clock_timestamp());
-        EXIT WHEN status IS NOT NULL;
-    END LOOP;
-
-    expires_at := NULL;
-    RETURN NEXT;
-END;
-$function$;
-
-COMMENT ON FUNCTION lease.renew(text, text, bigint, interval) IS
-    'renew(key, owner, epoch, ttl): extend the caller''s live grant to server time + ttl, epoch unchanged; '
-    'status ok, or not_owner / lapsed / epoch_mismatch (checked in that order) with nothing changed';
-
-/*
- * lease.release (§4 release).  Same shape as renew; on ok the key becomes
- * FREE, its epoch moves past the released one, which fences it (I7), and
- * released_at records when (for lease.purge).
- */
+    EXECUTE pg_catalog.format($sql$
 CREATE OR REPLACE FUNCTION lease.release(
     p_key   text,
     p_owner text,
@@ -182,83 +157,21 @@ CREATE OR REPLACE FUNCTION lease.release(
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     ROWS 1
-AS $function$
-DECLARE
-    c_margin     CONSTANT interval := lease._lock_margin();
-    v_now        CONSTANT timestamptz := pg_catalog.clock_timestamp();
-    v_locked     timestamptz;
-    v_expires_at timestamptz;
-BEGIN
-    -- Fast path: see lease._is_plain_text.
-    IF lease._is_plain_session() IS NOT TRUE THEN
-        PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
-        PERFORM lease._begin_write('release'::text);
-    END IF;
+AS %s$sql$, pg_catalog.quote_literal(pg_catalog.format(v_body,
+        'true',
+        'release',
+        '',
+        'owner = NULL, epoch = l.epoch + 1, expires_at = NULL, released_at = v_now',
+        'CASE WHEN l.watched_until > v_now THEN lease._wake(p_key) ELSE ''ok'' END',
+        'status',
+        '')));
+END
+$define$;
 
-    -- 1. As in renew.
-    BEGIN
-        UPDATE lease.leases AS l
-           SET owner = NULL,
-               epoch = l.epoch + 1,
-               expires_at = NULL,
-               released_at = v_now
-         WHERE l.key = p_key COLLATE pg_catalog."C"
-           AND l.owner = p_owner COLLATE pg_catalog."C"
-           AND l.epoch = p_epoch
-           AND l.expires_at > v_now + c_margin
-        -- §10 Waiting: notify only when someone waits (37-watch.sql).
-        RETURNING CASE WHEN l.watched_until > v_now THEN lease._wake(p_key) ELSE 'ok' END,
-                  pg_catalog.clock_timestamp()
-             INTO status, v_locked;
-        IF FOUND THEN
-            IF v_locked < v_now + c_margin THEN
-                RETURN NEXT;
-                RETURN;
-            END IF;
-            RAISE EXCEPTION USING ERRCODE = 'PLL02';
-        END IF;
-    EXCEPTION
-        WHEN SQLSTATE 'PLL02' THEN
-            NULL;
-    END;
-
-    -- 2. As in renew.
-    LOOP
-        SELECT l.expires_at
-          INTO v_expires_at
-          FROM lease.leases AS l
-         WHERE l.key = p_key COLLATE pg_catalog."C"
-           AND l.owner = p_owner COLLATE pg_catalog."C"
-           AND l.epoch = p_epoch
-           AND l.expires_at > v_now
-           FOR NO KEY UPDATE;
-        IF FOUND AND pg_catalog.clock_timestamp() < v_expires_at THEN
-            UPDATE lease.leases AS l
-               SET owner = NULL,
-                   epoch = l.epoch + 1,
-                   expires_at = NULL,
-                   released_at = v_now
-             WHERE l.key = p_key COLLATE pg_catalog."C"
-            RETURNING CASE WHEN l.watched_until > v_now THEN lease._wake(p_key) ELSE 'ok' END
-                 INTO status;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-
-        -- Nothing matched: now check what a match would have proven valid.
-        IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)
-            AND p_epoch IS NOT NULL) IS NOT TRUE THEN
-            PERFORM lease._validate('release'::text, p_key, p_owner, p_epoch, NULL::interval, NULL::interval);
-        END IF;
-        status := lease._refusal(p_key, p_owner, p_epoch, pg_catalog.clock_timestamp());
-        EXIT WHEN status IS NOT NULL;
-    END LOOP;
-
-    RETURN NEXT;
-END;
-$function$;
+COMMENT ON FUNCTION lease.renew(text, text, bigint, interval) IS
+    'renew(key, owner, epoch, ttl): extend the caller''s live grant to server time + ttl, epoch unchanged; '
+    'status ok, or not_owner / lapsed / epoch_mismatch (checked in that order) with nothing changed';
 
 COMMENT ON FUNCTION lease.release(text, text, bigint) IS
     'release(key, owner, epoch): end the caller''s live grant; the key becomes free and its epoch increments; '
     'status ok, or not_owner / lapsed / epoch_mismatch (checked in that order) with nothing changed';
-

@@ -22,11 +22,11 @@ BEGIN
     IF NOT FOUND THEN
         -- No row: now check the key, which a matching row proves valid.
         IF lease._is_plain_text(p_key) IS NOT TRUE THEN
-            PERFORM lease._validate('inspect'::text, p_key, NULL::text, NULL::bigint, NULL::interval, NULL::interval);
+            PERFORM lease._validate('inspect', ARRAY[p_key]);
         END IF;
         RETURN;
     END IF;
-    held := owner IS NOT NULL AND v_now < expires_at;
+    held := lease._is_live(owner, expires_at, v_now);
     IF NOT held THEN
         owner := NULL;
         expires_at := NULL;

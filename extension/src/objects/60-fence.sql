@@ -68,25 +68,39 @@ DECLARE
     v_epoch      bigint;
     v_expires_at timestamptz;
     v_validated  boolean := false;
+    v_holder     text;
 BEGIN
     LOOP
+        -- With owners bound to roles, only a role that may act for the
+        -- holder may fence (and so hold the row lock that stalls the
+        -- holder's renew and release): check the holder before locking,
+        -- and lock only that holder's grant.
+        IF lease._owners_bound() THEN
+            SELECT l.owner INTO v_holder
+              FROM lease.leases AS l
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+               AND l.epoch = p_epoch;
+            IF v_holder IS NOT NULL THEN
+                PERFORM lease._act_for(v_holder);
+            END IF;
+        END IF;
+
         -- The live grant's row, locked; then the clock.
-        SELECT l.expires_at
-          INTO v_expires_at
+        SELECT l.owner, l.expires_at
+          INTO v_owner, v_expires_at
           FROM lease.leases AS l
          WHERE l.key = p_key COLLATE pg_catalog."C"
            AND l.epoch = p_epoch
-           AND l.owner IS NOT NULL
-           AND l.expires_at > pg_catalog.clock_timestamp()
+           AND lease._is_live(l.owner, l.expires_at, pg_catalog.clock_timestamp())
+           AND (NOT lease._owners_bound() OR l.owner = v_holder COLLATE pg_catalog."C")
            FOR SHARE;
-        v_now := pg_catalog.clock_timestamp();
-        IF v_now < v_expires_at THEN
+        IF lease._is_live(v_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
             RETURN;
         END IF;
 
         IF NOT v_validated
            AND (lease._is_plain_text(p_key) AND p_epoch IS NOT NULL) IS NOT TRUE THEN
-            PERFORM lease._validate('fence'::text, p_key, NULL::text, p_epoch, NULL::interval, NULL::interval);
+            PERFORM lease._validate('fence', ARRAY[p_key], p_epochs => ARRAY[p_epoch]);
         END IF;
         v_validated := true;
 
@@ -98,8 +112,8 @@ BEGIN
          WHERE l.key = p_key COLLATE pg_catalog."C";
         v_found := FOUND;
         v_now := pg_catalog.clock_timestamp();
-        EXIT WHEN NOT v_found OR v_owner IS NULL OR v_epoch <> p_epoch
-               OR v_now >= v_expires_at;
+        EXIT WHEN NOT v_found OR v_epoch <> p_epoch
+               OR NOT lease._is_live(v_owner, v_expires_at, v_now);
     END LOOP;
 
     RAISE EXCEPTION 'pg_lease: stale epoch'
@@ -111,7 +125,7 @@ BEGIN
                           'the key was never granted'
                       WHEN v_owner IS NULL THEN
                           pg_catalog.format('the key is free with watermark %s', v_epoch)
-                      WHEN v_now >= v_expires_at THEN
+                      WHEN NOT lease._is_live(v_owner, v_expires_at, v_now) THEN
                           pg_catalog.format('the key lapsed (epoch %s)', v_epoch)
                       ELSE
                           pg_catalog.format('the key is held under epoch %s', v_epoch)
@@ -141,6 +155,8 @@ COMMENT ON FUNCTION lease.fence(text, bigint) IS
  * deleted row has no new epoch, and fencing by the epoch the old row carries
  * would let a stale writer delete rows of the current holder.  Fence a
  * DELETE with lease.fence(key, epoch) in the deleting transaction instead.
+ * For the same reason an UPDATE that changes the key column is refused
+ * (0.2.1): it deletes the row from the old key.
  *
  * The trigger checks the row as it stands when it fires.  BEFORE triggers
  * fire in name order, so a BEFORE trigger that changes the key or epoch
@@ -218,6 +234,19 @@ BEGIN
     END IF;
 
     v_row := pg_catalog.to_jsonb(NEW);
+    -- An UPDATE that moves a row to another key takes it away from the old
+    -- key's holder, for whom the row carries no epoch of this writer: the
+    -- new key's grant proves nothing about the old one.  Refused, like
+    -- DELETE; such a move is a DELETE and an INSERT under explicit fences.
+    IF TG_OP = 'UPDATE'
+       AND (pg_catalog.to_jsonb(OLD) -> TG_ARGV[0]) IS DISTINCT FROM (v_row -> TG_ARGV[0]) THEN
+        RAISE EXCEPTION 'pg_lease: lease.fence_row refuses an UPDATE that moves a row to another key'
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = pg_catalog.format('Trigger %I on %s: column %I changes from %s to %s.',
+                                             TG_NAME, TG_RELID::pg_catalog.regclass, TG_ARGV[0],
+                                             pg_catalog.to_jsonb(OLD) -> TG_ARGV[0], v_row -> TG_ARGV[0]),
+                  HINT = 'Delete the row and insert it under the new key in a transaction that calls lease.fence for both keys.';
+    END IF;
     PERFORM lease.fence(v_row ->> TG_ARGV[0], (v_row ->> TG_ARGV[1])::bigint);
     RETURN NEW;
 END;
@@ -225,4 +254,4 @@ $function$;
 
 COMMENT ON FUNCTION lease.fence_row() IS
     'trigger fence_row(key_column, epoch_column): FOR EACH ROW on INSERT OR UPDATE, fences every new row with '
-    'lease.fence(its key, its epoch); PLF01 when that epoch is not the key''s live grant; refuses DELETE';
+    'lease.fence(its key, its epoch); PLF01 when that epoch is not the key''s live grant; refuses DELETE and key changes';

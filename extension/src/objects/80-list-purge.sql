@@ -8,69 +8,6 @@ COMMENT ON TABLE lease.epoch_floor IS
     'pg_lease internal state: the highest epoch of any purged key; keys without a row are granted epoch + 1';
 
 /*
- * lease._validate_operation: input validation of list and purge (§3 rules,
- * §4 list, §4 purge): one 22023 error whose DETAIL names every violated
- * rule, joined by "; ", like lease._validate.
- *
- *   list:  prefix NULL (every key) or at most 1000 bytes, like a key;
- *          held_only not NULL.
- *   purge: older_than finite, no negative field (see
- *          lease._has_negative_field), at most 1000 years; limit NULL (no
- *          limit) or at least 1.
- */
-CREATE OR REPLACE FUNCTION lease._validate_operation(
-    p_function   text,
-    p_prefix     text,
-    p_held_only  boolean,
-    p_older_than interval,
-    p_limit      bigint)
-    RETURNS void
-    LANGUAGE plpgsql
-    IMMUTABLE
-    SET search_path = pg_catalog, pg_temp
-AS $function$
-DECLARE
-    v_violations text[] := ARRAY[]::text[];
-BEGIN
-    IF p_function = 'list' THEN
-        IF pg_catalog.octet_length(p_prefix) > 1000 THEN
-            v_violations := v_violations || 'prefix must be at most 1000 bytes'::text;
-        END IF;
-        IF p_held_only IS NULL THEN
-            v_violations := v_violations || 'held_only must not be null'::text;
-        END IF;
-    ELSE
-        -- Nested tests: _has_negative_field needs a finite interval.
-        IF p_older_than IS NULL OR NOT pg_catalog.isfinite(p_older_than) THEN
-            v_violations := v_violations || 'older_than must be a non-negative finite interval'::text;
-        ELSIF lease._has_negative_field(p_older_than) THEN
-            v_violations := v_violations || 'older_than must be a non-negative finite interval'::text;
-        ELSIF p_older_than > interval '1000 years' THEN
-            v_violations := v_violations || 'older_than must be at most 1000 years'::text;
-        END IF;
-        IF p_limit < 1 THEN
-            v_violations := v_violations || 'limit must be at least 1'::text;
-        END IF;
-    END IF;
-
-    IF pg_catalog.cardinality(v_violations) > 0 THEN
-        RAISE EXCEPTION 'pg_lease: invalid input'
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = pg_catalog.array_to_string(v_violations, '; '),
-                  HINT = CASE p_function
-                      WHEN 'list' THEN
-                          'prefix is NULL or a string of at most 1000 bytes; held_only is true or false.'
-                      ELSE
-                          'older_than is a finite interval without negative fields, at most 1000 years; '
-                          || 'limit is NULL or positive.'
-                  END;
-    END IF;
-END;
-$function$;
-
-REVOKE ALL ON FUNCTION lease._validate_operation(text, text, boolean, interval, bigint) FROM PUBLIC;
-
-/*
  * lease._prefix_upper_bound(prefix): the smallest string that sorts after
  * every string starting with prefix under COLLATE "C", or NULL when there
  * is none (an empty prefix, or one made only of the largest character).
@@ -152,8 +89,8 @@ DECLARE
     v_prefix CONSTANT text COLLATE pg_catalog."C" := COALESCE(p_prefix, '');
     v_upper  text COLLATE pg_catalog."C";
 BEGIN
-    IF (p_held_only IS NOT NULL AND pg_catalog.octet_length(v_prefix) <= 1000) IS NOT TRUE THEN
-        PERFORM lease._validate_operation('list'::text, p_prefix, p_held_only, NULL::interval, NULL::bigint);
+    IF (p_held_only IS NOT NULL AND pg_catalog.octet_length(v_prefix) <= lease._max_bytes()) IS NOT TRUE THEN
+        PERFORM lease._validate('list', ARRAY[p_prefix], p_held_only => p_held_only);
     END IF;
     v_upper := lease._prefix_upper_bound(v_prefix);
 
@@ -166,7 +103,7 @@ BEGIN
                    l.epoch::bigint,
                    CASE WHEN v.held THEN l.expires_at END
               FROM lease.leases AS l,
-                   LATERAL (SELECT l.owner IS NOT NULL AND v_now < l.expires_at) AS v (held)
+                   LATERAL (SELECT lease._is_live(l.owner, l.expires_at, v_now)) AS v (held)
              WHERE l.key >= v_prefix
                AND pg_catalog.starts_with(l.key, v_prefix)
                AND (v.held OR NOT p_held_only)
@@ -178,7 +115,7 @@ BEGIN
                    l.epoch::bigint,
                    CASE WHEN v.held THEN l.expires_at END
               FROM lease.leases AS l,
-                   LATERAL (SELECT l.owner IS NOT NULL AND v_now < l.expires_at) AS v (held)
+                   LATERAL (SELECT lease._is_live(l.owner, l.expires_at, v_now)) AS v (held)
              WHERE l.key >= v_prefix
                AND l.key < v_upper
                AND pg_catalog.starts_with(l.key, v_prefix)
@@ -195,7 +132,9 @@ COMMENT ON FUNCTION lease.list(text, boolean) IS
 /*
  * lease._first_grant_epoch (§4 purge): called by acquire right after its
  * INSERT granted a key that had no row, with the epoch it stored: the
- * floor + 1 as the INSERT's snapshot saw it.
+ * floor + 1 as its snapshot saw it.  It is the only place that decides the
+ * epoch of a key's first grant after the INSERT; the batches are made of
+ * lease.acquire, so they come here too.
  *
  * That snapshot can be older than a purge of this very key: the INSERT
  * takes its snapshot, then waits for (or finds already gone) a row of the
@@ -283,8 +222,8 @@ DECLARE
     v_count  bigint;
     v_max    bigint;
 BEGIN
-    PERFORM lease._validate_operation('purge'::text, NULL::text, NULL::boolean, p_older_than, p_limit);
-    PERFORM lease._begin_write('purge'::text);
+    PERFORM lease._validate('purge', NULL, p_older_than => p_older_than, p_limit => p_limit);
+    PERFORM lease._begin_write('purge');
     v_cutoff := v_now - p_older_than;
 
     PERFORM FROM lease.epoch_floor AS f FOR NO KEY UPDATE;
@@ -292,8 +231,8 @@ BEGIN
     WITH victims AS (
         SELECT l.key
           FROM lease.leases AS l
-         WHERE (l.owner IS NULL AND l.released_at <= v_cutoff)
-            OR (l.owner IS NOT NULL AND l.expires_at <= v_cutoff)
+         WHERE NOT lease._is_live(l.owner, l.expires_at, v_cutoff)
+           AND CASE WHEN l.owner IS NULL THEN l.released_at ELSE l.expires_at END <= v_cutoff
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), purged AS (

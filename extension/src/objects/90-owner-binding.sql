@@ -3,58 +3,80 @@
  *
  * An owner is a name the caller chooses; by default any role that may call
  * the API may renew or release any owner's lease.  An installation that
- * wants more can bind owners to roles: then a grant, renewal or release
- * for owner O is accepted only from a role that has the privileges of O's
- * role (pg_has_role USAGE: a member that inherits them, or one that has
- * SET ROLE to it; a membership granted WITH INHERIT FALSE, SET FALSE on
- * PostgreSQL 16+ does not count),
- * which is O up to its first '/' (so 'billing/worker-7' belongs to role
- * billing, and 'billing' alone too).  The calling role is the one the
- * session acts as: SET ROLE's role if set, else the session user (inside
- * the SECURITY DEFINER API, current_user is the extension's owner).
+ * wants more can bind owners to roles: then a call that acts for owner O is
+ * accepted only from a role that has the privileges of O's role
+ * (pg_has_role USAGE: a member that inherits them, or one that has SET ROLE
+ * to it; a membership granted WITH INHERIT FALSE, SET FALSE on PostgreSQL
+ * 16+ does not count), which is O up to its first '/' (so
+ * 'billing/worker-7' belongs to role billing, and 'billing' alone too).
+ * The calling role is the one the session acts as: SET ROLE's role if set,
+ * else the session user (inside the SECURITY DEFINER API, current_user is
+ * the extension's owner).
  *
- * It is enforced by a row trigger on lease.leases, which lease.bind_owners
- * creates or drops, so with binding off there is no cost at all.  Only
- * writes are checked: a denied acquire and a same-owner acquire write
- * nothing and hand nobody a grant (an epoch is no secret: inspect shows it).
- * Refused calls raise 42501 and change nothing.
+ * Who is checked (lease._act_for), with binding on:
+ *   - acquire, renew, release (and so every batch) for the owner they name,
+ *     before they look at the key; a refused call raises 42501 and changes
+ *     nothing;
+ *   - fence for the key's holder: a fence holds the holder's row lock until
+ *     the fencing transaction ends, which stalls the holder's renew and
+ *     release, so only a role that may act for the holder may take it;
+ *   - watch marks a key only for such a role (lease._may_act_for); anyone
+ *     else gets inspect's answer and notifies = false, and polls.
+ *
+ * The switch is the body of lease._owners_bound(), a constant that every
+ * call inlines when it is planned: with binding off it costs nothing, and
+ * turning it on or off takes no lock on lease.leases, so it never waits
+ * for, nor makes anyone wait behind, a transaction that is using the table
+ * (0.2.0 created a trigger, which queued every lease call behind any open
+ * transaction that had written a lease).  Replacing the function
+ * invalidates every session's plans that inlined it; a transaction sees
+ * the new setting from its next statement that plans, and every new
+ * transaction sees it.
  */
-CREATE OR REPLACE FUNCTION lease._check_owner_binding()
-    RETURNS trigger
+
+/*
+ * lease._set_owners_bound(bound): makes lease._owners_bound() return bound.
+ * The one definition of that function: install, update and bind_owners all
+ * come here.
+ */
+CREATE OR REPLACE FUNCTION lease._set_owners_bound(p_bound boolean)
+    RETURNS void
     LANGUAGE plpgsql
     VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $function$
-DECLARE
-    -- A release clears the owner: the owner acting is then the old one.
-    v_owner  CONSTANT text := CASE WHEN TG_OP = 'UPDATE' AND NEW.owner IS NULL
-                                   THEN OLD.owner ELSE NEW.owner END;
-    v_caller CONSTANT text := lease._calling_role();
-    v_role   text;
 BEGIN
-    IF v_owner IS NULL OR (TG_OP = 'UPDATE' AND NEW.owner IS NULL AND OLD.owner IS NULL) THEN
-        RETURN NEW;
-    END IF;
-    -- lease.watch marks a key for a waiter: the grant itself is untouched.
-    IF TG_OP = 'UPDATE' AND NEW.owner = OLD.owner AND NEW.epoch = OLD.epoch
-       AND NEW.expires_at = OLD.expires_at THEN
-        RETURN NEW;
-    END IF;
-    v_role := pg_catalog.split_part(v_owner, '/', 1);
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_role)
-       OR NOT pg_catalog.pg_has_role(v_caller, v_role, 'USAGE') THEN
-        RAISE EXCEPTION 'pg_lease: owner "%" is not bound to role %', v_owner, v_caller
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = pg_catalog.format(
-                      'Owners are bound to roles: owner "%s" belongs to role "%s", of which %s is not a member.',
-                      v_owner, v_role, v_caller),
-                  HINT = 'Use an owner of the form <role>/<name> for a role you are a member of.';
-    END IF;
-    RETURN NEW;
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION lease._owners_bound() RETURNS boolean '
+        'LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN %s',
+        CASE WHEN p_bound THEN 'true' ELSE 'false' END);
+    REVOKE ALL ON FUNCTION lease._owners_bound() FROM PUBLIC;
 END;
 $function$;
 
-REVOKE ALL ON FUNCTION lease._check_owner_binding() FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._set_owners_bound(boolean) FROM PUBLIC;
+
+/*
+ * The setting survives updates: an installation keeps what lease._owners_bound
+ * said, and one coming from 0.2.0 keeps what its trigger meant (it existed
+ * only while binding was on); the trigger and its function go.
+ */
+DO $carry_over$
+DECLARE
+    v_bound boolean := false;
+BEGIN
+    IF pg_catalog.to_regprocedure('lease._owners_bound()') IS NOT NULL THEN
+        EXECUTE 'SELECT lease._owners_bound()' INTO v_bound;
+    ELSIF EXISTS (SELECT FROM pg_catalog.pg_trigger AS t
+                   WHERE t.tgrelid = 'lease.leases'::pg_catalog.regclass
+                     AND t.tgname = 'leases_owner_binding') THEN
+        v_bound := true;
+    END IF;
+    DROP TRIGGER IF EXISTS leases_owner_binding ON lease.leases;
+    DROP FUNCTION IF EXISTS lease._check_owner_binding();
+    PERFORM lease._set_owners_bound(v_bound);
+END
+$carry_over$;
 
 /*
  * lease._calling_role: the role the session acts as (SET ROLE, else the
@@ -71,11 +93,51 @@ RETURN CASE WHEN pg_catalog.current_setting('role') = 'none'
 REVOKE ALL ON FUNCTION lease._calling_role() FROM PUBLIC;
 
 /*
+ * lease._may_act_for(owner): the calling role may act for owner (always,
+ * with binding off).  An owner naming a role that does not exist is
+ * nobody's.
+ */
+CREATE OR REPLACE FUNCTION lease._may_act_for(p_owner text)
+    RETURNS boolean
+    LANGUAGE sql
+    STABLE
+RETURN NOT lease._owners_bound()
+    OR (EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                 WHERE r.rolname = pg_catalog.split_part(p_owner, '/', 1))
+        AND pg_catalog.pg_has_role(lease._calling_role(), pg_catalog.split_part(p_owner, '/', 1), 'USAGE'));
+
+REVOKE ALL ON FUNCTION lease._may_act_for(text) FROM PUBLIC;
+
+/*
+ * lease._act_for(owner): raises 42501 unless the calling role may act for
+ * owner.
+ */
+CREATE OR REPLACE FUNCTION lease._act_for(p_owner text)
+    RETURNS void
+    LANGUAGE plpgsql
+    STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    IF p_owner IS NOT NULL AND NOT lease._may_act_for(p_owner) THEN
+        RAISE EXCEPTION 'pg_lease: owner "%" is not bound to role %', p_owner, lease._calling_role()
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format(
+                      'Owners are bound to roles: owner "%s" belongs to role "%s", of which %s is not a member.',
+                      p_owner, pg_catalog.split_part(p_owner, '/', 1), lease._calling_role()),
+                  HINT = 'Use an owner of the form <role>/<name> for a role you are a member of.';
+    END IF;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._act_for(text) FROM PUBLIC;
+
+/*
  * lease.bind_owners(enabled): turns the binding on (true) or off (false), or
  * just reports it (NULL, the default); returns whether it is on afterwards.
  * Changing it is for superusers and members of the database owner's role:
- * it decides who may act for whom, database-wide.  Creating or dropping the
- * trigger locks lease.leases against writes for that moment.
+ * it decides who may act for whom, database-wide.  It takes effect when
+ * the calling transaction commits.
  */
 CREATE OR REPLACE FUNCTION lease.bind_owners(p_enabled boolean DEFAULT NULL)
     RETURNS boolean
@@ -87,32 +149,25 @@ AS $function$
 DECLARE
     v_caller CONSTANT text := lease._calling_role();
 BEGIN
-    IF p_enabled IS NOT NULL THEN
-        IF NOT pg_catalog.pg_has_role(
-                   v_caller,
-                   (SELECT d.datdba FROM pg_catalog.pg_database AS d
-                     WHERE d.datname = pg_catalog.current_database()),
-                   'USAGE')
-           AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_caller) THEN
-            RAISE EXCEPTION 'pg_lease: only the database owner may change the owner binding'
-                USING ERRCODE = 'insufficient_privilege',
-                      DETAIL = pg_catalog.format('%s is neither a superuser nor a member of the database owner''s role.', v_caller);
-        END IF;
-        PERFORM lease._begin_write('bind_owners'::text);
-        DROP TRIGGER IF EXISTS leases_owner_binding ON lease.leases;
-        IF p_enabled THEN
-            CREATE TRIGGER leases_owner_binding
-                BEFORE INSERT OR UPDATE ON lease.leases
-                FOR EACH ROW EXECUTE FUNCTION lease._check_owner_binding();
-            ALTER TABLE lease.leases ENABLE ALWAYS TRIGGER leases_owner_binding;
-        END IF;
+    IF p_enabled IS NULL THEN
+        RETURN lease._owners_bound();
     END IF;
-    RETURN EXISTS (SELECT FROM pg_catalog.pg_trigger AS t
-                    WHERE t.tgrelid = 'lease.leases'::pg_catalog.regclass
-                      AND t.tgname = 'leases_owner_binding');
+    IF NOT pg_catalog.pg_has_role(
+               v_caller,
+               (SELECT d.datdba FROM pg_catalog.pg_database AS d
+                 WHERE d.datname = pg_catalog.current_database()),
+               'USAGE')
+       AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_caller) THEN
+        RAISE EXCEPTION 'pg_lease: only the database owner may change the owner binding'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('%s is neither a superuser nor a member of the database owner''s role.', v_caller);
+    END IF;
+    PERFORM lease._begin_write('bind_owners');
+    PERFORM lease._set_owners_bound(p_enabled);
+    RETURN p_enabled;
 END;
 $function$;
 
 COMMENT ON FUNCTION lease.bind_owners(boolean) IS
-    'bind_owners(enabled => NULL): with true, owner "<role>/..." or "<role>" may only be granted, renewed or released by members of that role; '
-    'false turns it off; NULL reports; database owner or superuser only';
+    'bind_owners(enabled => NULL): with true, owner "<role>/..." or "<role>" may only be granted, renewed or released by members of that role, '
+    'and only they may fence or watch its keys; false turns it off; NULL reports; database owner or superuser only';

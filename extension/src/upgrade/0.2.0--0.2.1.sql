@@ -1,0 +1,13 @@
+/*
+ * Update from 0.2.0.  The state (both tables, their rows) stays as it is.
+ * 0.2.1 writes each rule of a key once (objects/10-rules.sql) and builds the
+ * batches from the single calls, so the helpers that restated those rules
+ * go; the definitions that follow replace every other function.  The owner
+ * binding's trigger becomes a setting in objects/90-owner-binding.sql, which
+ * carries its state over.
+ */
+DROP FUNCTION IF EXISTS lease._validate(text, text, text, bigint, interval, interval);
+DROP FUNCTION IF EXISTS lease._validate_batch(text, text[], text, bigint[], interval);
+DROP FUNCTION IF EXISTS lease._validate_operation(text, text, boolean, interval, bigint);
+DROP FUNCTION IF EXISTS lease._refusal(text, text, bigint, timestamptz);
+DROP FUNCTION IF EXISTS lease._renew_or_release_many(text[], text, bigint[], interval, boolean);

@@ -132,6 +132,11 @@ try {
   step('packing pg-lease and pg-lease-testing (prepack builds them)');
   const client = pack(work);
   const harness = pack(work, 'packages/testing');
+  // extension/sql is not in git: prepack has just built it, and the tarball must carry all of it.
+  const sqlScripts = fs
+    .readdirSync(path.join(ROOT, 'extension', 'sql'))
+    .filter((name) => /^pg_lease--.*\.sql$/.test(name))
+    .map((name) => `extension/sql/${name}`);
   const problems = [
     ...contentProblems(client, [
       'package.json',
@@ -142,6 +147,7 @@ try {
       'dist/src/cli/main.js',
       'dist/src/generated/sql.js',
       'extension/pg_lease.control',
+      ...sqlScripts,
     ]).map((problem) => `pg-lease: ${problem}`),
     ...contentProblems(harness, [
       'package.json',
@@ -151,6 +157,9 @@ try {
       'dist/index.d.ts',
     ]).map((problem) => `pg-lease-testing: ${problem}`),
   ];
+  for (const file of tarballFiles(client))
+    if (file.startsWith('extension/sql/') && !sqlScripts.includes(file))
+      problems.push(`pg-lease: ships ${file}, which the build does not make`);
   if ([...tarballFiles(client)].some((file) => /^dist\/(test|scripts|bench)\//.test(file)))
     problems.push('pg-lease: ships compiled tests, scripts or benchmarks');
   for (const [name, tarball] of [

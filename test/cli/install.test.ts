@@ -56,20 +56,20 @@ describe('pg-lease install', () => {
   test('installs the extension with CREATE EXTENSION and reports its version', async () => {
     const result = await runCli(['install', '--url', viaExtension.url]);
     assert.equal(result.code, 0, result.stderr);
-    assert.match(result.stdout, /^installed pg_lease 0\.2\.0 as an extension$/m);
+    assert.match(result.stdout, /^installed pg_lease 0\.2\.1 as an extension$/m);
     const { rows } = await viaExtension.pool.query<{ extversion: string }>(
       "SELECT extversion FROM pg_extension WHERE extname = 'pg_lease'",
     );
-    assert.deepEqual(rows, [{ extversion: '0.2.0' }]);
+    assert.deepEqual(rows, [{ extversion: '0.2.1' }]);
     const again = await runCli(['install', '--url', viaExtension.url, '--json']);
     assert.equal(again.code, 0, again.stderr);
-    assert.deepEqual(parseJson(again), { version: '0.2.0', method: 'extension', created: false });
+    assert.deepEqual(parseJson(again), { version: '0.2.1', method: 'extension', created: false });
   });
 
   test('--from-bundle installs the same objects without an extension, in working order', async () => {
     const result = await runCli(['install', '--url', viaBundle.url, '--from-bundle', '--json']);
     assert.equal(result.code, 0, result.stderr);
-    assert.deepEqual(parseJson(result), { version: '0.2.0', method: 'bundle', created: true });
+    assert.deepEqual(parseJson(result), { version: '0.2.1', method: 'bundle', created: true });
     const { rows } = await viaBundle.pool.query(
       "SELECT 1 FROM pg_extension WHERE extname = 'pg_lease'",
     );
@@ -94,7 +94,7 @@ describe('pg-lease install', () => {
     assert.equal(bundle.code, 0, bundle.stderr);
     assert.match(
       bundle.stdout,
-      /pg_lease 0\.2\.0 is already installed \(from the bundled script\)/,
+      /pg_lease 0\.2\.1 is already installed \(from the bundled script\)/,
     );
     const plain = await runCli(['install', '--url', viaBundle.url]);
     assert.equal(plain.code, 0, plain.stderr);
@@ -150,13 +150,13 @@ describe('pg-lease install', () => {
       const result = await runCli(['install', '--url', old.url, '--from-bundle', '--json']);
       assert.equal(result.code, 0, result.stderr);
       assert.deepEqual(parseJson(result), {
-        version: '0.2.0',
+        version: '0.2.1',
         method: 'bundle',
         created: false,
         updatedFrom: '0.1.0',
       });
       const text = await runCli(['install', '--url', old.url, '--from-bundle']);
-      assert.match(text.stdout, /pg_lease 0\.2\.0 is already installed/);
+      assert.match(text.stdout, /pg_lease 0\.2\.1 is already installed/);
       assert.deepEqual((await old.pool.query(rows)).rows, before);
       if ((await leaseObjects(viaBundle.pool)).length === 0)
         await runCli(['install', '--url', viaBundle.url, '--from-bundle']);
@@ -181,7 +181,7 @@ describe('pg-lease install', () => {
       assert.equal(result.code, 1);
       assert.match(
         result.stderr,
-        /pg_lease 9\.0\.0 is installed, newer than the 0\.2\.0 .*downgrades are not supported/,
+        /pg_lease 9\.0\.0 is installed, newer than the 0\.2\.1 .*downgrades are not supported/,
       );
     } finally {
       await newer.close();
@@ -194,7 +194,7 @@ describe('pg-lease install', () => {
     try {
       const client = await mallory.connect();
       await client.query(`CREATE SCHEMA lease;
-        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.0 (installed from the pg-lease npm bundle)';
+        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.1 (installed from the pg-lease npm bundle)';
         GRANT USAGE ON SCHEMA lease TO PUBLIC;
         CREATE FUNCTION lease.acquire(p_key text, p_owner text, p_ttl interval, p_wait interval DEFAULT '0')
           RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
@@ -207,7 +207,7 @@ describe('pg-lease install', () => {
       // The same, made by the installing role itself but with a function of another role in it.
       await client.query('DROP SCHEMA lease CASCADE');
       await forged.pool.query(`CREATE SCHEMA lease;
-        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.0 (installed from the pg-lease npm bundle)';
+        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.1 (installed from the pg-lease npm bundle)';
         GRANT CREATE, USAGE ON SCHEMA lease TO ${mallory.name}`);
       await client.query(
         `CREATE FUNCTION lease.inspect(p_key text) RETURNS boolean LANGUAGE sql AS 'SELECT true'`,

@@ -96,21 +96,22 @@ async function catalog(client: pg.Client): Promise<unknown[]> {
 }
 
 describe('shipped versions', () => {
-  test('the package ships the 0.2.0 install script and the 0.1.0 update, not the 0.1.0 install script', () => {
+  test('the package ships the 0.2.1 install script and an update from 0.1.0 and from 0.2.0, not the 0.1.0 install script', () => {
     const shipped = extensionFiles().map((file) => path.basename(file));
     assert.deepEqual(shipped.sort(), [
-      'pg_lease--0.1.0--0.2.0.sql',
-      'pg_lease--0.2.0.sql',
+      'pg_lease--0.1.0--0.2.1.sql',
+      'pg_lease--0.2.0--0.2.1.sql',
+      'pg_lease--0.2.1.sql',
       'pg_lease.control',
     ]);
   });
 
-  test('a server with the shipped files offers only 0.2.0 to CREATE EXTENSION', async () => {
+  test('a server with the shipped files offers only 0.2.1 to CREATE EXTENSION', async () => {
     await using plain = await PgCluster.start();
     const { rows } = await plain.query(
       `SELECT version FROM pg_available_extension_versions WHERE name = 'pg_lease' ORDER BY 1`,
     );
-    assert.deepEqual(rows, [{ version: '0.2.0' }]);
+    assert.deepEqual(rows, [{ version: '0.2.1' }]);
     await plain.query('CREATE DATABASE v');
     await assert.rejects(
       plain.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`, [], 'v'),
@@ -122,7 +123,7 @@ describe('shipped versions', () => {
       [],
       'v',
     );
-    assert.deepEqual(version.rows, [{ extversion: '0.2.0' }]);
+    assert.deepEqual(version.rows, [{ extversion: '0.2.1' }]);
   });
 });
 
@@ -145,8 +146,9 @@ describe('make install', () => {
         );
         assert.equal(make.status, 0, make.stderr);
         assert.deepEqual(fs.readdirSync(extensionDir).sort(), [
-          'pg_lease--0.1.0--0.2.0.sql',
-          'pg_lease--0.2.0.sql',
+          'pg_lease--0.1.0--0.2.1.sql',
+          'pg_lease--0.2.0--0.2.1.sql',
+          'pg_lease--0.2.1.sql',
           'pg_lease.control',
         ]);
       } finally {
@@ -157,7 +159,7 @@ describe('make install', () => {
 });
 
 describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0', () => {
-  test('gives exactly the catalog of a fresh 0.2.0 install', async () => {
+  test('gives exactly the catalog of a fresh 0.2.1 install', async () => {
     const fresh = await database();
     const updated = await database();
     try {
@@ -267,7 +269,7 @@ describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0', () => {
       assert.ok(countAtUpdate > 0, 'renewals ran before the update');
       assert.deepEqual(new Set(statuses), new Set(['ok']));
       const version = await admin.query(`SELECT extversion FROM pg_extension WHERE extname = 'pg_lease'`);
-      assert.equal(version.rows[0].extversion, '0.2.0');
+      assert.equal(version.rows[0].extversion, '0.2.1');
       const state = await admin.query(`SELECT held, owner, epoch FROM lease.inspect('job')`);
       assert.deepEqual(state.rows, [{ held: true, owner: 'w', epoch: epoch }]);
     } finally {

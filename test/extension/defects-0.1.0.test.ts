@@ -17,7 +17,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { PgCluster } from 'pg-lease-testing';
-import { FIXTURE_0_1_0 } from './upgrade.test.js';
+import { FIXTURE_0_1_0 } from '../support/releases.js';
 
 type Install = '0.1.0' | '0.2.1' | 'update';
 const INSTALLS: readonly Install[] = ['0.1.0', '0.2.1', 'update'];

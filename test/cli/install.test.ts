@@ -117,58 +117,60 @@ describe('pg-lease install', () => {
     }
   });
 
-  test('--from-bundle updates a 0.1.0 bundle install to the same objects, keeping every lease, and says so', async () => {
-    const old = await createTestDatabase({ extension: false });
-    try {
-      // What the 0.1.0 package's `install --from-bundle` did.
-      const script = fs
-        .readFileSync(
-          path.join(PACKAGE_ROOT, 'extension/test/fixtures/pg_lease--0.1.0.sql'),
-          'utf8',
-        )
-        .replace(/^\\echo .*$/m, '');
-      const client = await old.pool.connect();
+  for (const from of ['0.1.0', '0.2.0'] as const)
+    test(`--from-bundle updates a ${from} bundle install to the same objects, keeping every lease, and says so`, async () => {
+      const old = await createTestDatabase({ extension: false });
       try {
-        await client.query('BEGIN');
-        await client.query('CREATE SCHEMA lease');
-        await client.query('SET LOCAL search_path = lease, pg_catalog');
-        await client.query(script);
-        await client.query(
-          `COMMENT ON SCHEMA lease IS 'pg_lease 0.1.0 (installed from the pg-lease npm bundle)'`,
-        );
-        await client.query('COMMIT');
-      } finally {
-        client.release();
-      }
-      await old.pool.query(`SELECT lease.acquire('held', 'a', '1 hour')`);
-      await old.pool.query(`SELECT lease.acquire('released', 'a', '1 hour')`);
-      await old.pool.query(`SELECT lease.release('released', 'a', 1)`);
-      // The 0.1.0 columns; 0.2.0 adds released_at (set for keys free at the update).
-      const rows = 'SELECT key, owner, epoch, expires_at FROM lease.leases ORDER BY key';
-      const before = (await old.pool.query(rows)).rows;
+        // What the package's `install --from-bundle` did in that version (the released install
+        // script is a test fixture; neither had a pg_extension_config_dump call to remove).
+        const script = fs
+          .readFileSync(
+            path.join(PACKAGE_ROOT, `extension/test/fixtures/pg_lease--${from}.sql`),
+            'utf8',
+          )
+          .replace(/^\\echo .*$/m, '');
+        const client = await old.pool.connect();
+        try {
+          await client.query('BEGIN');
+          await client.query('CREATE SCHEMA lease');
+          if (from === '0.1.0') await client.query('SET LOCAL search_path = lease, pg_catalog');
+          await client.query(script);
+          await client.query(
+            `COMMENT ON SCHEMA lease IS 'pg_lease ${from} (installed from the pg-lease npm bundle)'`,
+          );
+          await client.query('COMMIT');
+        } finally {
+          client.release();
+        }
+        await old.pool.query(`SELECT lease.acquire('held', 'a', '1 hour')`);
+        await old.pool.query(`SELECT lease.acquire('released', 'a', '1 hour')`);
+        await old.pool.query(`SELECT lease.release('released', 'a', 1)`);
+        // The 0.1.0 columns; 0.2.0 adds released_at (set for keys free at the update).
+        const rows = 'SELECT key, owner, epoch, expires_at FROM lease.leases ORDER BY key';
+        const before = (await old.pool.query(rows)).rows;
 
-      const result = await runCli(['install', '--url', old.url, '--from-bundle', '--json']);
-      assert.equal(result.code, 0, result.stderr);
-      assert.deepEqual(parseJson(result), {
-        version: '0.2.1',
-        method: 'bundle',
-        created: false,
-        updatedFrom: '0.1.0',
-      });
-      const text = await runCli(['install', '--url', old.url, '--from-bundle']);
-      assert.match(text.stdout, /pg_lease 0\.2\.1 is already installed/);
-      assert.deepEqual((await old.pool.query(rows)).rows, before);
-      if ((await leaseObjects(viaBundle.pool)).length === 0)
-        await runCli(['install', '--url', viaBundle.url, '--from-bundle']);
-      assert.deepEqual(await leaseObjects(old.pool), await leaseObjects(viaBundle.pool));
-      const renewed = await old.pool.query(
-        `SELECT status FROM lease.renew('held', 'a', 1, '1 hour')`,
-      );
-      assert.equal(renewed.rows[0].status, 'ok');
-    } finally {
-      await old.close();
-    }
-  });
+        const result = await runCli(['install', '--url', old.url, '--from-bundle', '--json']);
+        assert.equal(result.code, 0, result.stderr);
+        assert.deepEqual(parseJson(result), {
+          version: '0.2.1',
+          method: 'bundle',
+          created: false,
+          updatedFrom: from,
+        });
+        const text = await runCli(['install', '--url', old.url, '--from-bundle']);
+        assert.match(text.stdout, /pg_lease 0\.2\.1 is already installed/);
+        assert.deepEqual((await old.pool.query(rows)).rows, before);
+        if ((await leaseObjects(viaBundle.pool)).length === 0)
+          await runCli(['install', '--url', viaBundle.url, '--from-bundle']);
+        assert.deepEqual(await leaseObjects(old.pool), await leaseObjects(viaBundle.pool));
+        const renewed = await old.pool.query(
+          `SELECT status FROM lease.renew('held', 'a', 1, '1 hour')`,
+        );
+        assert.equal(renewed.rows[0].status, 'ok');
+      } finally {
+        await old.close();
+      }
+    });
 
   test('refuses to downgrade a newer bundle install, naming both versions', async () => {
     const newer = await createTestDatabase({ extension: false });

@@ -137,6 +137,12 @@ try {
     .readdirSync(path.join(ROOT, 'extension', 'sql'))
     .filter((name) => /^pg_lease--.*\.sql$/.test(name))
     .map((name) => `extension/sql/${name}`);
+  // ... and the source they are built from, which the shipped Makefile needs for make install.
+  const sqlSource = (
+    fs.readdirSync(path.join(ROOT, 'extension', 'src'), { recursive: true }) as string[]
+  )
+    .filter((name) => name.endsWith('.sql'))
+    .map((name) => `extension/src/${name.split(path.sep).join('/')}`);
   const problems = [
     ...contentProblems(client, [
       'package.json',
@@ -148,6 +154,7 @@ try {
       'dist/src/generated/sql.js',
       'extension/pg_lease.control',
       ...sqlScripts,
+      ...sqlSource,
     ]).map((problem) => `pg-lease: ${problem}`),
     ...contentProblems(harness, [
       'package.json',

@@ -1,21 +1,26 @@
-// Generates the extension's versioned SQL scripts from its maintained source, and the TypeScript
-// module that bundles them into the npm package. Plain JavaScript so that it runs before tsc,
-// which compiles what it writes.
+// Builds the extension's SQL scripts from its maintained source, the way extension/Makefile
+// does, and the TypeScript module that bundles them into the npm package. It is what
+// `npm run build` runs, so a machine with Node.js and npm but no make gets the same files; plain
+// JavaScript so that it runs before tsc, which compiles what it writes.
 //
-// The maintained source is extension/src (see extension/README.md):
-//   guard.sql                    first in every script: pins search_path, closes schema lease
-//   install.sql                  what only a fresh install does (the table)
-//   upgrade/<from>--<to>.sql     what only the update from <from> does
-//   objects/*.sql                everything else, in file-name order; idempotent (CREATE OR
-//                                REPLACE, DROP ... IF EXISTS), so that the install and every
-//                                update script run the same definitions
-// For the control file's default_version V it writes extension/sql/pg_lease--V.sql and, for each
-// upgrade/<from>--V.sql, extension/sql/pg_lease--<from>--V.sql. Scripts of earlier versions are
-// released and stay as committed. src/generated/sql.ts (not kept in git) holds the install script
-// of V and every update script in extension/sql, for `pg-lease install --from-bundle`.
+// The convention, which extension/Makefile states too and test/extension/build.test.ts checks
+// by running make and comparing the bytes:
+//   - V is default_version in extension/pg_lease.control, the one place that names it.
+//   - A step is a file extension/src/upgrade/<from>--<to>.sql.
+//   - sql/pg_lease--V.sql is src/guard.sql, src/install.sql, then src/objects/*.sql.
+//   - For the <from> F of every step (other than V), sql/pg_lease--F--V.sql is src/guard.sql,
+//     the steps from F to V in the order they chain (F--X.sql, X--Y.sql, ..., ...--V.sql), then
+//     src/objects/*.sql: one direct update script per earlier version.
+//   - objects/*.sql in file-name order (byte order).
+//   - A script is five header lines (its path, a generated-file note, an empty line, the psql
+//     comment and the \echo line), then each part byte for byte, after one empty line.
+// extension/sql holds only these scripts (none is kept in git): any other pg_lease--*.sql there
+// is removed. src/generated/sql.ts (not kept in git either) holds the install script and every
+// update script, for `pg-lease install --from-bundle`.
 //
 // Usage: node scripts/generate-sql.mjs [--check]
 //   --check  write nothing; exit 1 if any generated file is not what the source generates.
+import { Buffer } from 'node:buffer';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import process from 'node:process';
@@ -23,59 +28,96 @@ import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const extensionDir = path.join(root, 'extension');
-const sourceDir = path.join(extensionDir, 'src');
 const sqlDir = path.join(extensionDir, 'sql');
-const controlFile = path.join(extensionDir, 'pg_lease.control');
 const bundleFile = path.join(root, 'src', 'generated', 'sql.ts');
 
-const UPDATE_SCRIPT = /^pg_lease--(\d+(?:\.\d+)*)--(\d+(?:\.\d+)*)\.sql$/;
+const UPDATE_SCRIPT = /^pg_lease--(.+)--(.+)\.sql$/;
 
-function defaultVersion() {
-  const match = /^\s*default_version\s*=\s*'([^']+)'/m.exec(fs.readFileSync(controlFile, 'utf8'));
-  if (!match) throw new Error(`no default_version in ${controlFile}`);
+/** default_version of the control file in `dir`. */
+export function defaultVersion(dir = extensionDir) {
+  const control = path.join(dir, 'pg_lease.control');
+  const match = /^\s*default_version\s*=\s*'([^']*)'/m.exec(fs.readFileSync(control, 'utf8'));
+  if (!match || match[1] === '') throw new Error(`no default_version in ${control}`);
   return match[1];
 }
 
-function read(...parts) {
-  return fs.readFileSync(path.join(sourceDir, ...parts), 'utf8').trimEnd() + '\n';
+/** The `.sql` files of a directory, as make's `$(sort $(wildcard dir/*.sql))` lists them. */
+function sqlFiles(dir) {
+  return fs
+    .readdirSync(dir)
+    .filter((name) => name.endsWith('.sql') && !name.startsWith('.'))
+    .sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
 }
 
-function script(file, loadHint, parts) {
-  return [
+/** The steps in src/upgrade: { name, from, to }. */
+function upgradeSteps(dir) {
+  return sqlFiles(path.join(dir, 'src', 'upgrade'))
+    .filter((name) => name.includes('--'))
+    .map((name) => {
+      const versions = name.slice(0, -'.sql'.length).split('--');
+      if (versions.length !== 2 || versions.some((version) => version === ''))
+        throw new Error(`src/upgrade/${name} is not named <from>--<to>.sql`);
+      return { name, from: versions[0], to: versions[1] };
+    });
+}
+
+/** The steps from `from` to `version`, in the order they chain. */
+function chain(steps, from, version) {
+  const names = [];
+  for (let at = from; at !== version;) {
+    const next = steps.filter((step) => step.from === at);
+    if (next.length !== 1)
+      throw new Error(
+        `${next.length === 0 ? 'no step' : 'several steps'} from ${at} in src/upgrade on the way to ${version}`,
+      );
+    if (names.includes(next[0].name)) throw new Error(`src/upgrade loops at ${next[0].name}`);
+    names.push(next[0].name);
+    at = next[0].to;
+  }
+  return names.map((name) => path.join('upgrade', name));
+}
+
+function script(dir, file, loadHint, parts) {
+  const header = [
     `/* extension/sql/${file} */`,
-    '/* Generated by scripts/generate-sql.mjs from extension/src: edit those files, not this one. */',
+    '/* Built from extension/src by concatenation (extension/Makefile, scripts/generate-sql.mjs): edit those files, not this one. */',
     '',
     '-- complain if script is sourced in psql, rather than via CREATE EXTENSION',
     `\\echo Use "${loadHint}" to load this file. \\quit`,
     '',
-    parts.join('\n'),
   ].join('\n');
+  const chunks = [Buffer.from(header)];
+  for (const part of parts)
+    chunks.push(Buffer.from('\n'), fs.readFileSync(path.join(dir, 'src', part)));
+  return Buffer.concat(chunks);
 }
 
-/** The extension scripts the source generates: file name -> content. */
-export function extensionScripts() {
-  const version = defaultVersion();
-  const objects = fs
-    .readdirSync(path.join(sourceDir, 'objects'))
-    .filter((name) => name.endsWith('.sql'))
-    .sort()
-    .map((name) => read('objects', name));
-  const guard = read('guard.sql');
+/**
+ * The scripts the source in extension directory `dir` builds: file name under sql/ -> bytes,
+ * the install script first.
+ */
+export function extensionScripts(dir = extensionDir) {
+  const version = defaultVersion(dir);
+  const objects = sqlFiles(path.join(dir, 'src', 'objects')).map((name) =>
+    path.join('objects', name),
+  );
+  const steps = upgradeSteps(dir);
   const scripts = new Map();
   const installName = `pg_lease--${version}.sql`;
   scripts.set(
     installName,
-    script(installName, 'CREATE EXTENSION pg_lease', [guard, read('install.sql'), ...objects]),
+    script(dir, installName, 'CREATE EXTENSION pg_lease', ['guard.sql', 'install.sql', ...objects]),
   );
-  for (const name of fs.readdirSync(path.join(sourceDir, 'upgrade')).sort()) {
-    const match = /^(\d+(?:\.\d+)*)--(\d+(?:\.\d+)*)\.sql$/.exec(name);
-    if (!match || match[2] !== version) continue;
-    const file = `pg_lease--${name}`;
+  const sources = [...new Set(steps.map((step) => step.from))]
+    .filter((from) => from !== version)
+    .sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  for (const from of sources) {
+    const file = `pg_lease--${from}--${version}.sql`;
     scripts.set(
       file,
-      script(file, `ALTER EXTENSION pg_lease UPDATE TO '${version}'`, [
-        guard,
-        read('upgrade', name),
+      script(dir, file, `ALTER EXTENSION pg_lease UPDATE TO '${version}'`, [
+        'guard.sql',
+        ...chain(steps, from, version),
         ...objects,
       ]),
     );
@@ -88,22 +130,21 @@ function templateLiteral(text) {
   return '`' + text.replace(/\\/g, '\\\\').replace(/`/g, '\\`').replace(/\$\{/g, '\\${') + '`';
 }
 
-/** src/generated/sql.ts for the given extension/sql contents. */
-export function bundleModule(sqlFiles) {
-  const version = defaultVersion();
+/** src/generated/sql.ts for the scripts of {@link extensionScripts}. */
+export function bundleModule(scripts, version = defaultVersion()) {
   const installName = `pg_lease--${version}.sql`;
-  const install = sqlFiles.get(installName);
+  const install = scripts.get(installName);
   if (install === undefined) throw new Error(`no install script ${installName}`);
-  const updates = [...sqlFiles.keys()]
+  const updates = [...scripts.keys()]
     .map((name) => UPDATE_SCRIPT.exec(name))
     .filter((match) => match !== null)
     .map(
       (match) =>
-        `  { from: '${match[1]}', to: '${match[2]}', script: ${templateLiteral(sqlFiles.get(match[0]))} },`,
+        `  { from: '${match[1]}', to: '${match[2]}', script: ${templateLiteral(scripts.get(match[0]).toString('utf8'))} },`,
     );
   return [
-    '// Generated by scripts/generate-sql.mjs from extension/sql. Do not edit: edit extension/src',
-    '// and run `npm run build`.',
+    '// Generated by scripts/generate-sql.mjs from extension/src, with the scripts it writes to',
+    '// extension/sql. Do not edit: edit extension/src and run `npm run build`.',
     '',
     '/** The extension version the bundled install script creates. */',
     `export const BUNDLED_VERSION = '${version}';`,
@@ -112,9 +153,9 @@ export function bundleModule(sqlFiles) {
     `export const BUNDLED_SCRIPT_NAME = '${installName}';`,
     '',
     '/** The install script, byte for byte as in extension/sql. */',
-    `export const BUNDLED_INSTALL_SCRIPT = ${templateLiteral(install)};`,
+    `export const BUNDLED_INSTALL_SCRIPT = ${templateLiteral(install.toString('utf8'))};`,
     '',
-    '/** Every update script in extension/sql, byte for byte. */',
+    '/** Every update script in extension/sql (each goes straight to BUNDLED_VERSION), byte for byte. */',
     'export const BUNDLED_UPDATE_SCRIPTS: readonly { from: string; to: string; script: string }[] = [',
     ...updates,
     '];',
@@ -126,27 +167,23 @@ function main() {
   const check = process.argv.includes('--check');
   const stale = [];
   const write = (file, wanted) => {
-    const current = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : undefined;
-    if (current === wanted) return; // leave the file (and its mtime) alone
+    const current = fs.existsSync(file) ? fs.readFileSync(file) : undefined;
+    if (current !== undefined && current.equals(wanted)) return; // leave the file (and its mtime) alone
     if (check) stale.push(path.relative(root, file));
     else {
       fs.mkdirSync(path.dirname(file), { recursive: true });
       fs.writeFileSync(file, wanted);
     }
   };
-  const generated = extensionScripts();
-  for (const [name, content] of generated) write(path.join(sqlDir, name), content);
-  // The bundle holds what extension/sql holds once the generated scripts are in place.
-  const released = fs.readdirSync(sqlDir).filter((name) => /^pg_lease--.*\.sql$/.test(name));
-  const sqlFiles = new Map(
-    [...new Set([...released, ...generated.keys()])]
-      .sort()
-      .map((name) => [
-        name,
-        generated.get(name) ?? fs.readFileSync(path.join(sqlDir, name), 'utf8'),
-      ]),
-  );
-  write(bundleFile, bundleModule(sqlFiles));
+  const scripts = extensionScripts();
+  for (const [name, content] of scripts) write(path.join(sqlDir, name), content);
+  // A script the source no longer builds (an earlier version's) must not be installed or shipped.
+  for (const name of fs.existsSync(sqlDir) ? fs.readdirSync(sqlDir) : []) {
+    if (!/^pg_lease--.*\.sql$/.test(name) || scripts.has(name)) continue;
+    if (check) stale.push(`${path.relative(root, path.join(sqlDir, name))} (not built any more)`);
+    else fs.rmSync(path.join(sqlDir, name));
+  }
+  write(bundleFile, Buffer.from(bundleModule(scripts)));
   if (stale.length > 0) {
     process.stderr.write(
       `out of date with extension/src (run npm run build): ${stale.join(', ')}\n`,

@@ -132,6 +132,17 @@ try {
   step('packing pg-lease and pg-lease-testing (prepack builds them)');
   const client = pack(work);
   const harness = pack(work, 'packages/testing');
+  // extension/sql is not in git: prepack has just built it, and the tarball must carry all of it.
+  const sqlScripts = fs
+    .readdirSync(path.join(ROOT, 'extension', 'sql'))
+    .filter((name) => /^pg_lease--.*\.sql$/.test(name))
+    .map((name) => `extension/sql/${name}`);
+  // ... and the source they are built from, which the shipped Makefile needs for make install.
+  const sqlSource = (
+    fs.readdirSync(path.join(ROOT, 'extension', 'src'), { recursive: true }) as string[]
+  )
+    .filter((name) => name.endsWith('.sql'))
+    .map((name) => `extension/src/${name.split(path.sep).join('/')}`);
   const problems = [
     ...contentProblems(client, [
       'package.json',
@@ -142,6 +153,8 @@ try {
       'dist/src/cli/main.js',
       'dist/src/generated/sql.js',
       'extension/pg_lease.control',
+      ...sqlScripts,
+      ...sqlSource,
     ]).map((problem) => `pg-lease: ${problem}`),
     ...contentProblems(harness, [
       'package.json',
@@ -151,6 +164,9 @@ try {
       'dist/index.d.ts',
     ]).map((problem) => `pg-lease-testing: ${problem}`),
   ];
+  for (const file of tarballFiles(client))
+    if (file.startsWith('extension/sql/') && !sqlScripts.includes(file))
+      problems.push(`pg-lease: ships ${file}, which the build does not make`);
   if ([...tarballFiles(client)].some((file) => /^dist\/(test|scripts|bench)\//.test(file)))
     problems.push('pg-lease: ships compiled tests, scripts or benchmarks');
   for (const [name, tarball] of [

@@ -56,20 +56,20 @@ describe('pg-lease install', () => {
   test('installs the extension with CREATE EXTENSION and reports its version', async () => {
     const result = await runCli(['install', '--url', viaExtension.url]);
     assert.equal(result.code, 0, result.stderr);
-    assert.match(result.stdout, /^installed pg_lease 0\.2\.0 as an extension$/m);
+    assert.match(result.stdout, /^installed pg_lease 0\.2\.1 as an extension$/m);
     const { rows } = await viaExtension.pool.query<{ extversion: string }>(
       "SELECT extversion FROM pg_extension WHERE extname = 'pg_lease'",
     );
-    assert.deepEqual(rows, [{ extversion: '0.2.0' }]);
+    assert.deepEqual(rows, [{ extversion: '0.2.1' }]);
     const again = await runCli(['install', '--url', viaExtension.url, '--json']);
     assert.equal(again.code, 0, again.stderr);
-    assert.deepEqual(parseJson(again), { version: '0.2.0', method: 'extension', created: false });
+    assert.deepEqual(parseJson(again), { version: '0.2.1', method: 'extension', created: false });
   });
 
   test('--from-bundle installs the same objects without an extension, in working order', async () => {
     const result = await runCli(['install', '--url', viaBundle.url, '--from-bundle', '--json']);
     assert.equal(result.code, 0, result.stderr);
-    assert.deepEqual(parseJson(result), { version: '0.2.0', method: 'bundle', created: true });
+    assert.deepEqual(parseJson(result), { version: '0.2.1', method: 'bundle', created: true });
     const { rows } = await viaBundle.pool.query(
       "SELECT 1 FROM pg_extension WHERE extname = 'pg_lease'",
     );
@@ -94,7 +94,7 @@ describe('pg-lease install', () => {
     assert.equal(bundle.code, 0, bundle.stderr);
     assert.match(
       bundle.stdout,
-      /pg_lease 0\.2\.0 is already installed \(from the bundled script\)/,
+      /pg_lease 0\.2\.1 is already installed \(from the bundled script\)/,
     );
     const plain = await runCli(['install', '--url', viaBundle.url]);
     assert.equal(plain.code, 0, plain.stderr);
@@ -117,58 +117,60 @@ describe('pg-lease install', () => {
     }
   });
 
-  test('--from-bundle updates a 0.1.0 bundle install to the same objects, keeping every lease, and says so', async () => {
-    const old = await createTestDatabase({ extension: false });
-    try {
-      // What the 0.1.0 package's `install --from-bundle` did.
-      const script = fs
-        .readFileSync(
-          path.join(PACKAGE_ROOT, 'extension/test/fixtures/pg_lease--0.1.0.sql'),
-          'utf8',
-        )
-        .replace(/^\\echo .*$/m, '');
-      const client = await old.pool.connect();
+  for (const from of ['0.1.0', '0.2.0'] as const)
+    test(`--from-bundle updates a ${from} bundle install to the same objects, keeping every lease, and says so`, async () => {
+      const old = await createTestDatabase({ extension: false });
       try {
-        await client.query('BEGIN');
-        await client.query('CREATE SCHEMA lease');
-        await client.query('SET LOCAL search_path = lease, pg_catalog');
-        await client.query(script);
-        await client.query(
-          `COMMENT ON SCHEMA lease IS 'pg_lease 0.1.0 (installed from the pg-lease npm bundle)'`,
-        );
-        await client.query('COMMIT');
-      } finally {
-        client.release();
-      }
-      await old.pool.query(`SELECT lease.acquire('held', 'a', '1 hour')`);
-      await old.pool.query(`SELECT lease.acquire('released', 'a', '1 hour')`);
-      await old.pool.query(`SELECT lease.release('released', 'a', 1)`);
-      // The 0.1.0 columns; 0.2.0 adds released_at (set for keys free at the update).
-      const rows = 'SELECT key, owner, epoch, expires_at FROM lease.leases ORDER BY key';
-      const before = (await old.pool.query(rows)).rows;
+        // What the package's `install --from-bundle` did in that version (the released install
+        // script is a test fixture; neither had a pg_extension_config_dump call to remove).
+        const script = fs
+          .readFileSync(
+            path.join(PACKAGE_ROOT, `extension/test/fixtures/pg_lease--${from}.sql`),
+            'utf8',
+          )
+          .replace(/^\\echo .*$/m, '');
+        const client = await old.pool.connect();
+        try {
+          await client.query('BEGIN');
+          await client.query('CREATE SCHEMA lease');
+          if (from === '0.1.0') await client.query('SET LOCAL search_path = lease, pg_catalog');
+          await client.query(script);
+          await client.query(
+            `COMMENT ON SCHEMA lease IS 'pg_lease ${from} (installed from the pg-lease npm bundle)'`,
+          );
+          await client.query('COMMIT');
+        } finally {
+          client.release();
+        }
+        await old.pool.query(`SELECT lease.acquire('held', 'a', '1 hour')`);
+        await old.pool.query(`SELECT lease.acquire('released', 'a', '1 hour')`);
+        await old.pool.query(`SELECT lease.release('released', 'a', 1)`);
+        // The 0.1.0 columns; 0.2.0 adds released_at (set for keys free at the update).
+        const rows = 'SELECT key, owner, epoch, expires_at FROM lease.leases ORDER BY key';
+        const before = (await old.pool.query(rows)).rows;
 
-      const result = await runCli(['install', '--url', old.url, '--from-bundle', '--json']);
-      assert.equal(result.code, 0, result.stderr);
-      assert.deepEqual(parseJson(result), {
-        version: '0.2.0',
-        method: 'bundle',
-        created: false,
-        updatedFrom: '0.1.0',
-      });
-      const text = await runCli(['install', '--url', old.url, '--from-bundle']);
-      assert.match(text.stdout, /pg_lease 0\.2\.0 is already installed/);
-      assert.deepEqual((await old.pool.query(rows)).rows, before);
-      if ((await leaseObjects(viaBundle.pool)).length === 0)
-        await runCli(['install', '--url', viaBundle.url, '--from-bundle']);
-      assert.deepEqual(await leaseObjects(old.pool), await leaseObjects(viaBundle.pool));
-      const renewed = await old.pool.query(
-        `SELECT status FROM lease.renew('held', 'a', 1, '1 hour')`,
-      );
-      assert.equal(renewed.rows[0].status, 'ok');
-    } finally {
-      await old.close();
-    }
-  });
+        const result = await runCli(['install', '--url', old.url, '--from-bundle', '--json']);
+        assert.equal(result.code, 0, result.stderr);
+        assert.deepEqual(parseJson(result), {
+          version: '0.2.1',
+          method: 'bundle',
+          created: false,
+          updatedFrom: from,
+        });
+        const text = await runCli(['install', '--url', old.url, '--from-bundle']);
+        assert.match(text.stdout, /pg_lease 0\.2\.1 is already installed/);
+        assert.deepEqual((await old.pool.query(rows)).rows, before);
+        if ((await leaseObjects(viaBundle.pool)).length === 0)
+          await runCli(['install', '--url', viaBundle.url, '--from-bundle']);
+        assert.deepEqual(await leaseObjects(old.pool), await leaseObjects(viaBundle.pool));
+        const renewed = await old.pool.query(
+          `SELECT status FROM lease.renew('held', 'a', 1, '1 hour')`,
+        );
+        assert.equal(renewed.rows[0].status, 'ok');
+      } finally {
+        await old.close();
+      }
+    });
 
   test('refuses to downgrade a newer bundle install, naming both versions', async () => {
     const newer = await createTestDatabase({ extension: false });
@@ -181,7 +183,7 @@ describe('pg-lease install', () => {
       assert.equal(result.code, 1);
       assert.match(
         result.stderr,
-        /pg_lease 9\.0\.0 is installed, newer than the 0\.2\.0 .*downgrades are not supported/,
+        /pg_lease 9\.0\.0 is installed, newer than the 0\.2\.1 .*downgrades are not supported/,
       );
     } finally {
       await newer.close();
@@ -194,7 +196,7 @@ describe('pg-lease install', () => {
     try {
       const client = await mallory.connect();
       await client.query(`CREATE SCHEMA lease;
-        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.0 (installed from the pg-lease npm bundle)';
+        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.1 (installed from the pg-lease npm bundle)';
         GRANT USAGE ON SCHEMA lease TO PUBLIC;
         CREATE FUNCTION lease.acquire(p_key text, p_owner text, p_ttl interval, p_wait interval DEFAULT '0')
           RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
@@ -207,7 +209,7 @@ describe('pg-lease install', () => {
       // The same, made by the installing role itself but with a function of another role in it.
       await client.query('DROP SCHEMA lease CASCADE');
       await forged.pool.query(`CREATE SCHEMA lease;
-        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.0 (installed from the pg-lease npm bundle)';
+        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.1 (installed from the pg-lease npm bundle)';
         GRANT CREATE, USAGE ON SCHEMA lease TO ${mallory.name}`);
       await client.query(
         `CREATE FUNCTION lease.inspect(p_key text) RETURNS boolean LANGUAGE sql AS 'SELECT true'`,

@@ -1,6 +1,7 @@
 /**
  * The defect classes an adversarial review found in 0.1.0 (SEMANTICS.md §10), each reproduced on
- * the released 0.1.0 script (the fixture) and shown closed on 0.2.0, fresh and updated:
+ * the released 0.1.0 script (the fixture) and shown closed (since 0.2.0) on the current version
+ * 0.2.1, fresh and updated from 0.1.0:
  *
  *   1. objects planted in a pre-made schema lease steer the install script, which runs as the
  *      bootstrap superuser (privilege escalation);
@@ -9,17 +10,17 @@
  *   4. a renew that waited for the row lock decides with the clock it read before the wait;
  *   5. an asynchronous commit of a lease change, by lowering synchronous_commit after the call.
  *
- * Each probe answers "vulnerable or not"; the test asserts vulnerable on 0.1.0 and not on 0.2.0,
+ * Each probe answers "vulnerable or not"; the test asserts vulnerable on 0.1.0 and not on 0.2.1,
  * so a probe that stopped detecting the defect would fail here.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { PgCluster } from 'pg-lease-testing';
-import { FIXTURE_0_1_0 } from './upgrade.test.js';
+import { FIXTURE_0_1_0 } from '../support/releases.js';
 
-type Install = '0.1.0' | '0.2.0' | 'update';
-const INSTALLS: readonly Install[] = ['0.1.0', '0.2.0', 'update'];
+type Install = '0.1.0' | '0.2.1' | 'update';
+const INSTALLS: readonly Install[] = ['0.1.0', '0.2.1', 'update'];
 
 let cluster: PgCluster;
 before(async () => {
@@ -55,7 +56,7 @@ async function connect(url: string, user?: string): Promise<pg.Client> {
 }
 
 async function install(client: pg.Client, how: Install): Promise<void> {
-  if (how === '0.2.0') await client.query('CREATE EXTENSION pg_lease');
+  if (how === '0.2.1') await client.query('CREATE EXTENSION pg_lease');
   else await client.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
   if (how === 'update') await client.query('ALTER EXTENSION pg_lease UPDATE');
 }
@@ -80,7 +81,7 @@ describe('1. objects planted in schema lease cannot steer the superuser install'
     END $$;
     CREATE OPERATOR lease.= (LEFTARG = oid, RIGHTARG = regnamespace, FUNCTION = evil.f)`;
 
-  for (const version of ['0.1.0', '0.2.0'] as const) {
+  for (const version of ['0.1.0', '0.2.1'] as const) {
     test(`${version}: a database owner who plants an operator ${version === '0.1.0' ? 'becomes' : 'does not become'} superuser`, async () => {
       const role = `installer_${version.replaceAll('.', '_')}`;
       await cluster.query(`CREATE ROLE ${role} LOGIN`);
@@ -112,7 +113,7 @@ describe('1. objects planted in schema lease cannot steer the superuser install'
     });
   }
 
-  test('0.2.0: the same plant made in the installing transaction itself is found and refused', async () => {
+  test('0.2.1: the same plant made in the installing transaction itself is found and refused', async () => {
     const role = 'installer_same_xact';
     await cluster.query(`CREATE ROLE ${role} LOGIN`);
     const { url } = await freshDatabase(role);
@@ -233,7 +234,7 @@ describe('1. objects planted in schema lease cannot steer the superuser install'
     }
   });
 
-  test('0.2.0 also refuses a planted type, domain or collation, and takes a pre-made empty schema over', async () => {
+  test('0.2.1 also refuses a planted type, domain or collation, and takes a pre-made empty schema over', async () => {
     for (const planted of [
       'CREATE TYPE lease.t AS (a int)',
       'CREATE DOMAIN lease.d AS text',
@@ -263,7 +264,7 @@ describe('2. a pre-made schema lease that others may create in is not taken over
       try {
         await admin.query(`CREATE ROLE ${role} LOGIN`);
         await admin.query(`CREATE SCHEMA lease; GRANT CREATE, USAGE ON SCHEMA lease TO PUBLIC`);
-        if (how === '0.2.0') {
+        if (how === '0.2.1') {
           await assert.rejects(admin.query('CREATE EXTENSION pg_lease'), /existed before and is open/);
           await admin.query('REVOKE CREATE ON SCHEMA lease FROM PUBLIC');
         }
@@ -290,7 +291,7 @@ describe('2. a pre-made schema lease that others may create in is not taken over
     });
   }
 
-  for (const how of ['0.2.0', 'update'] as const) {
+  for (const how of ['0.2.1', 'update'] as const) {
     test(`${how}: grants from default privileges or made since 0.1.0 do not survive on the table or the helpers`, async () => {
       const { url } = await freshDatabase();
       const admin = await connect(url);
@@ -440,8 +441,8 @@ describe('5. a lease change never commits asynchronously', () => {
     }
   }
 
-  test('0.2.0: renew and release commit durably under synchronous_commit = off', async () => {
-    const { admin } = await leaseDatabase('0.2.0');
+  test('0.2.1: renew and release commit durably under synchronous_commit = off', async () => {
+    const { admin } = await leaseDatabase('0.2.1');
     try {
       await admin.query(`SELECT lease.acquire('r', 'A', '1 min')`);
       await admin.query('SET synchronous_commit = off');
@@ -455,8 +456,8 @@ describe('5. a lease change never commits asynchronously', () => {
     }
   });
 
-  test('0.2.0, the documented limit: SET CONSTRAINTS ALL IMMEDIATE and then lowering the setting commits asynchronously', async () => {
-    const { admin } = await leaseDatabase('0.2.0');
+  test('0.2.1, the documented limit: SET CONSTRAINTS ALL IMMEDIATE and then lowering the setting commits asynchronously', async () => {
+    const { admin } = await leaseDatabase('0.2.1');
     try {
       const durable = await flushedByCommit(
         admin,
@@ -470,8 +471,8 @@ describe('5. a lease change never commits asynchronously', () => {
     }
   });
 
-  test('0.2.0: the level a lease commit uses, with and without synchronous standbys configured', async () => {
-    const { admin } = await leaseDatabase('0.2.0');
+  test('0.2.1: the level a lease commit uses, with and without synchronous standbys configured', async () => {
+    const { admin } = await leaseDatabase('0.2.1');
     try {
       // A deferred trigger queued after pg_lease's fires after it, at commit, and reports the
       // level the commit would use by failing it (so that no commit waits for a standby that is

@@ -42,7 +42,7 @@ describe('what CREATE EXTENSION makes', () => {
       `SELECT e.extnamespace::regnamespace::text AS schema, e.extrelocatable, e.extversion
          FROM pg_extension e WHERE e.extname = 'pg_lease'`,
     );
-    assert.deepEqual(rows, [{ schema: 'lease', extrelocatable: false, extversion: '0.2.0' }]);
+    assert.deepEqual(rows, [{ schema: 'lease', extrelocatable: false, extversion: '0.2.1' }]);
     const error = await pgError(db.pool.query('ALTER EXTENSION pg_lease SET SCHEMA public'));
     assert.equal(error.code, '0A000');
   });
@@ -50,7 +50,7 @@ describe('what CREATE EXTENSION makes', () => {
   test('the control file marks the extension trusted', async () => {
     const { rows } = await db.pool.query(
       `SELECT trusted, relocatable, schema FROM pg_available_extension_versions
-        WHERE name = 'pg_lease' AND version = '0.2.0'`,
+        WHERE name = 'pg_lease' AND version = '0.2.1'`,
     );
     assert.deepEqual(rows, [{ trusted: true, relocatable: false, schema: 'lease' }]);
   });
@@ -181,9 +181,9 @@ describe('what CREATE EXTENSION makes', () => {
   });
 
   test('the install script starts like contrib: a path comment, then the \\echo guard', () => {
-    const script = path.join(PACKAGE_ROOT, 'extension', 'sql', 'pg_lease--0.2.0.sql');
+    const script = path.join(PACKAGE_ROOT, 'extension', 'sql', 'pg_lease--0.2.1.sql');
     const lines = fs.readFileSync(script, 'utf8').split('\n').filter((line) => line.trim() !== '');
-    assert.match(lines[0]!, /^\/\*.*pg_lease--0\.2\.0\.sql.*\*\/$|^--.*pg_lease--0\.2\.0\.sql/);
+    assert.match(lines[0]!, /^\/\*.*pg_lease--0\.2\.1\.sql.*\*\/$|^--.*pg_lease--0\.2\.1\.sql/);
     const guard = lines.find((line) => line.startsWith('\\echo'));
     assert.equal(guard, '\\echo Use "CREATE EXTENSION pg_lease" to load this file. \\quit');
   });

@@ -45,7 +45,7 @@ describe('throwaway cluster', () => {
               (SELECT default_version FROM pg_available_extensions WHERE name = 'pg_lease') AS available`,
     );
     assert.equal(rows[0]!.version.split(' ')[0], wanted.version);
-    assert.equal(rows[0]!.available, '0.2.0');
+    assert.equal(rows[0]!.available, '0.2.1');
   });
 
   test('never runs the server as root', () => {

@@ -242,10 +242,18 @@ function describe(
   };
 }
 
-/** The files of the pg_lease extension as shipped in this package. */
+/**
+ * The files of the pg_lease extension as shipped in the pg-lease package: the control file and
+ * the scripts in `extension/sql`, which are built from `extension/src` (by `npm run build` or
+ * `make -C extension`) and ship in the npm package, but are not kept in git.
+ */
 export function extensionFiles(): string[] {
   const dir = path.join(PACKAGE_ROOT, 'extension');
   const sqlDir = path.join(dir, 'sql');
+  if (!fs.existsSync(sqlDir))
+    throw new Error(
+      `pg-lease-testing: ${sqlDir} is missing; in a pg_lease checkout, build it with npm run build`,
+    );
   return [
     path.join(dir, 'pg_lease.control'),
     ...fs

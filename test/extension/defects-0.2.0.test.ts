@@ -89,6 +89,7 @@ describe('4. with owners bound to roles, only the holder may fence its key', () 
   test('a role that may not act for the holder is refused before it takes the row lock', async () => {
     const roles: TestRole[] = [];
     const key = uniqueKey('bound-fence');
+    let asBob: pg.Client | undefined;
     try {
       const alice = await createRole(db);
       const bob = await createRole(db);
@@ -97,7 +98,7 @@ describe('4. with owners bound to roles, only the holder may fence its key', () 
       const grant = await acquire(db.pool, key, owner, '1 min');
       await db.pool.query('SELECT lease.bind_owners(true)');
 
-      const asBob = await bob.connect();
+      asBob = await bob.connect();
       await asBob.query('BEGIN');
       const refused = await pgError(asBob.query('SELECT lease.fence($1, $2::bigint)', [key, String(grant.epoch)]));
       assert.equal(refused.code, '42501');
@@ -115,8 +116,8 @@ describe('4. with owners bound to roles, only the holder may fence its key', () 
       await iso.named.alice.query('BEGIN');
       await iso.named.alice.query('SELECT lease.fence($1, $2::bigint)', [key, String(grant.epoch)]);
       await iso.named.alice.query('COMMIT');
-      await asBob.query('ROLLBACK');
     } finally {
+      await asBob?.query('ROLLBACK');
       await db.pool.query('SELECT lease.bind_owners(false)');
       for (const role of roles) await role.drop();
     }

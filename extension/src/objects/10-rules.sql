@@ -209,8 +209,10 @@ CREATE OR REPLACE FUNCTION lease._validate(
     SET search_path = pg_catalog, pg_temp
 AS $function$
 DECLARE
-    v_batch      CONSTANT boolean := p_call LIKE '%\_many';
-    v_single     CONSTANT text := pg_catalog.replace(p_call, '_many', '');
+    -- A caller's nondeterministic collation reaches every text parameter
+    -- (PL/pgSQL takes the call's input collation), and LIKE refuses those.
+    v_batch      CONSTANT boolean := p_call COLLATE pg_catalog."C" LIKE '%\_many';
+    v_single     CONSTANT text := pg_catalog.replace(p_call COLLATE pg_catalog."C", '_many', '');
     v_max_keys   CONSTANT integer := lease._max_keys();
     v_problems   text[] := ARRAY[]::text[];
     v_empty      integer[];

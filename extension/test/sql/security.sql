@@ -73,13 +73,13 @@ INSERT INTO lease.leases VALUES ('job-2', 'app', 1, now() + interval '1 hour');
 UPDATE lease.leases SET epoch = 1;
 DELETE FROM lease.leases;
 TRUNCATE lease.leases;
-SELECT lease._validate('acquire', 'k', 'o', NULL, interval '1 hour', interval '0');
+SELECT lease._validate('acquire', ARRAY['k'], 'o', NULL, interval '1 hour', interval '0');
 SELECT * FROM lease._acquire_wait('job-1', 'app', interval '1 hour', interval '1 second');
 SELECT lease._is_plain_text('k');
 SELECT lease._is_plain_ttl(interval '1 hour');
 SELECT lease._is_plain_zero(interval '0');
 SELECT lease._is_plain_session();
-SELECT lease._refusal('job-1', 'app', 1, now());
+SELECT lease._refusal_of('app', 1, now(), 'app', 1, now());
 SELECT lease._has_negative_field(interval '1 day');
 SELECT lease._begin_write('acquire');
 CREATE FUNCTION lease.sneaky() RETURNS int LANGUAGE sql AS 'SELECT 1';
@@ -88,7 +88,7 @@ RESET ROLE;
 SET ROLE regress_lease_installer;
 SELECT * FROM lease.leases;
 UPDATE lease.leases SET epoch = 1;
-SELECT lease._validate('acquire', 'k', 'o', NULL, interval '1 hour', interval '0');
+SELECT lease._validate('acquire', ARRAY['k'], 'o', NULL, interval '1 hour', interval '0');
 -- the installer no longer owns the schema: it can neither add objects to
 -- it nor move it aside to plant look-alikes under its name
 CREATE FUNCTION lease.sneaky() RETURNS int LANGUAGE sql AS 'SELECT 1';

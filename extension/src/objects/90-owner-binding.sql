@@ -103,8 +103,9 @@ CREATE OR REPLACE FUNCTION lease._may_act_for(p_owner text)
     STABLE
 RETURN NOT lease._owners_bound()
     OR (EXISTS (SELECT FROM pg_catalog.pg_roles AS r
-                 WHERE r.rolname = pg_catalog.split_part(p_owner, '/', 1))
-        AND pg_catalog.pg_has_role(lease._calling_role(), pg_catalog.split_part(p_owner, '/', 1), 'USAGE'));
+                 WHERE r.rolname = pg_catalog.split_part(p_owner COLLATE pg_catalog."C", '/', 1))
+        AND pg_catalog.pg_has_role(lease._calling_role(),
+                                   pg_catalog.split_part(p_owner COLLATE pg_catalog."C", '/', 1), 'USAGE'));
 
 REVOKE ALL ON FUNCTION lease._may_act_for(text) FROM PUBLIC;
 
@@ -124,7 +125,8 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = pg_catalog.format(
                       'Owners are bound to roles: owner "%s" belongs to role "%s", of which %s is not a member.',
-                      p_owner, pg_catalog.split_part(p_owner, '/', 1), lease._calling_role()),
+                      p_owner, pg_catalog.split_part(p_owner COLLATE pg_catalog."C", '/', 1),
+                      lease._calling_role()),
                   HINT = 'Use an owner of the form <role>/<name> for a role you are a member of.';
     END IF;
 END;

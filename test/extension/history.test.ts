@@ -95,6 +95,8 @@ const P_REPEATABLE_READ = 0.4;
 /** Chance that a transaction sits (on its locks, or its snapshot) at one of its steps. */
 const P_SIT = 0.5;
 const P_COMMIT = 0.8;
+/** Chance that a fenced write in a transaction stalls until its grant has lapsed, if it is near. */
+const P_STALL = 0.4;
 const TTLS_MS = [20, 40, 80, 150, 300, 600, 1000];
 
 const T0 = `${micros('statement_timestamp()')} AS t0`;
@@ -546,6 +548,8 @@ class Worker {
       for (const request of this.#choose(true)) {
         failed = !!(await this.call(txn, request)).error;
         if (failed) break;
+        if (request.op === 'fenced_insert' || request.op === 'fenced_update')
+          await this.#stallPastExpiry(request.key, request.epoch);
       }
     }
     if (!failed && sitAt === steps) {
@@ -572,6 +576,20 @@ class Worker {
       this.holdings = saved.holdings;
       this.past = saved.past;
     }
+  }
+
+  /**
+   * Sometimes a fenced transaction stalls, holding its fence, until just past the expiry of the
+   * grant it wrote under (when that is near): others may then try to take the key over, which
+   * must wait for this transaction to end (I12).
+   */
+  async #stallPastExpiry(key: string, epoch: bigint): Promise<void> {
+    const held = this.holdings.get(key);
+    if (!held || held.epoch !== epoch || this.random() >= P_STALL) return;
+    const leftMs = Number(held.expiresAt - this.#lastT1) / 1000;
+    if (leftMs > 120) return;
+    await sleep(Math.max(0, leftMs) + 5 + this.random() * 25);
+    await this.marker();
   }
 
   /** Runs steps until the round's budget is spent. */

@@ -968,9 +968,10 @@ export function describeCall(call: Call, base: bigint, prefix = ''): string {
 }
 
 /**
- * A readable trace of the first violations: each one's message, then the calls it involves, the
- * other calls of their transactions, and the purges that deleted something meanwhile, in order
- * of server time (milliseconds from the history's first call).
+ * A readable trace of the first violations: each one's message, then, in order of server time
+ * (milliseconds from the history's first call), the calls it involves (marked `*`), the other
+ * calls of their transactions, and the other calls on its key that ran between them (the last
+ * ones before the violation, when there are many), purges that deleted something included.
  */
 export function formatViolations(
   history: History,
@@ -983,26 +984,41 @@ export function formatViolations(
   const lines = [`${violations.length} violations (${summarize(violations)}); times in ms:`];
   for (const v of first.slice(0, limit)) {
     lines.push('', `${v.invariant}: ${v.message}`);
+    const keys = history.keys.filter((key) =>
+      new RegExp(`${key.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?![0-9])`).test(v.message),
+    );
     const shown = new Set<Call>();
     for (const call of v.calls) {
       shown.add(call);
       if (call.txn.isolation !== 'autocommit') for (const c of call.txn.calls) shown.add(c);
     }
+    const context: Call[] = [];
     if (v.calls.length > 0) {
       const from = v.calls.reduce((m, c) => (c.t0 < m ? c.t0 : m), v.calls[0]!.t0);
       const to = v.calls.reduce((m, c) => (c.t1 > m ? c.t1 : m), v.calls[0]!.t1);
-      for (const c of history.calls)
-        if (
-          c.response?.kind === 'purged' &&
-          c.response.count > 0 &&
-          c.txn.outcome === 'committed' &&
-          c.t0 <= to &&
-          c.txn.endHi >= from
-        )
-          shown.add(c);
+      for (const c of history.calls) {
+        if (shown.has(c) || c.t1 < from || c.t0 > to) continue;
+        const r = c.request;
+        const onKey =
+          r.op === 'purge'
+            ? c.response?.kind === 'purged' && c.response.count > 0
+            : requestKeys(r).some((key) => keys.includes(key)) ||
+              (r.op === 'list' && keys.some((key) => key.startsWith(r.prefix)));
+        if (onKey) context.push(c);
+      }
     }
-    for (const c of [...shown].sort((a, b) => (a.t0 < b.t0 ? -1 : a.t0 > b.t0 ? 1 : a.id - b.id)))
+    // The calls just before the last one involved are where a violation shows: keep those.
+    const room = Math.max(0, 30 - shown.size);
+    const omitted = Math.max(0, context.length - room);
+    const kept = context.slice(omitted);
+    const ordered = [...shown, ...kept].sort((a, b) =>
+      a.t0 < b.t0 ? -1 : a.t0 > b.t0 ? 1 : a.id - b.id,
+    );
+    for (const c of ordered) {
+      if (omitted > 0 && c === kept[0])
+        lines.push(`    (${omitted} calls on the key in between left out)`);
       lines.push(`  ${v.calls.includes(c) ? '*' : ' '} ${describeCall(c, base, prefix)}`);
+    }
   }
   if (violations.length > limit) lines.push('', `... and ${violations.length - limit} more`);
   return lines.join('\n');

@@ -8,9 +8,11 @@
  * trigger alone, watch, purge (older_than 0 or a few ms, small limits), inspect and list.
  * ttls run from 20 ms to 1 s, so grants lapse, are taken over and are purged all the time. Some
  * calls run in explicit transactions, READ COMMITTED or REPEATABLE READ, that sit on their row
- * locks (or on a stale snapshot) for up to 100 ms and then commit or roll back. Renewals and
- * releases also go out with a wrong epoch, a stale grant or an owner nobody holds, so every
- * status is exercised.
+ * locks (or on a stale snapshot) for up to 100 ms and then commit or roll back; a fenced write
+ * sometimes stalls until just past its grant's expiry, and a purge that deleted rows often
+ * keeps its transaction open a while, so that takeovers race fences and acquires race purges.
+ * Renewals and releases also go out with a wrong epoch, a stale grant or an owner nobody holds,
+ * so every status is exercised.
  *
  * Every call is recorded with the server's clock: `statement_timestamp()` and
  * `clock_timestamp()` in the call's own statement, the expiry it returned, and for each
@@ -27,7 +29,8 @@
  *
  * The random choices come from a seeded generator; every run prints its seed, and
  * PG_LEASE_HISTORY_SEED=<seed> replays the same choices (the timing, and so the history, still
- * varies). A failure prints the violations with a trace of the calls involved.
+ * varies). A failure prints the violations with a trace of the calls involved
+ * (PG_LEASE_HISTORY_SHOW=<n> shows n of them, default 6).
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -97,6 +100,8 @@ const P_SIT = 0.5;
 const P_COMMIT = 0.8;
 /** Chance that a fenced write in a transaction stalls until its grant has lapsed, if it is near. */
 const P_STALL = 0.4;
+/** Chance that a transaction whose purge deleted rows sits before its next step. */
+const P_PURGE_SITS = 0.6;
 const TTLS_MS = [20, 40, 80, 150, 300, 600, 1000];
 
 const T0 = `${micros('statement_timestamp()')} AS t0`;
@@ -546,10 +551,15 @@ class Worker {
     for (let step = 0; step < steps && !failed; step++) {
       if (step === sitAt) await sit();
       for (const request of this.#choose(true)) {
-        failed = !!(await this.call(txn, request)).error;
+        const call = await this.call(txn, request);
+        failed = !!call.error;
         if (failed) break;
         if (request.op === 'fenced_insert' || request.op === 'fenced_update')
           await this.#stallPastExpiry(request.key, request.epoch);
+        // A purge that deleted rows often keeps its transaction open for a while: acquires of
+        // those keys then race its commit.
+        if (call.response?.kind === 'purged' && call.response.count > 0 && this.random() < P_PURGE_SITS)
+          await sit();
       }
     }
     if (!failed && sitAt === steps) {

@@ -581,6 +581,8 @@ export function checkHistory(history: History): Violation[] {
         const sorted = [...listed].sort((a, b) => (Buffer.from(a) < Buffer.from(b) ? -1 : 1));
         if (listed.join('\n') !== sorted.join('\n'))
           violation('§4 list', 'rows are not in key order', call);
+        for (const key of new Set(listed.filter((key, i) => listed.indexOf(key) !== i)))
+          violation('§4 list', `listed ${key} more than once`, call);
         for (const row of response.rows) {
           if (!keys.includes(row.key))
             violation('§4 list', `listed ${row.key}, which does not match the prefix`, call);

@@ -746,6 +746,8 @@ function coverage(history: History): Record<string, number> {
 
 describe('a randomized history of every call, checked against a model of the contract', () => {
   test('finds the released 0.2.0 acquire_many handing out an epoch again across a purge (I2/I3)', async (t) => {
+    // Extra files are staged after the tree's own: while the tree ships a pg_lease--0.2.0.sql of
+    // its own the fixture replaces it, and once the default is 0.2.1 it stands beside it.
     await using cluster = await PgCluster.start({ extraExtensionFiles: [FIXTURE_0_2_0] });
     const db = await clusterDatabase(cluster);
     try {

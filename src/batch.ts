@@ -45,14 +45,30 @@ export async function acquireMany(
     expires_ms: number | null;
     remaining_us: number | null;
   }>(keys[0]!, STATEMENTS.acquireMany, [keys, owner, ttlMicroseconds]);
+  const remainingMs = leastRemainingMs(result);
   return result.map((row) => ({
     key: row.key,
     acquired: row.acquired,
     epoch: row.epoch === null ? null : BigInt(row.epoch),
     expiresAt: dateFromMs(row.expires_ms),
     sentAt,
-    remainingMs: msFromUs(row.remaining_us),
+    remainingMs: row.remaining_us === null ? null : remainingMs,
   }));
+}
+
+/**
+ * The time left of the grant that has least of it among one batch statement's rows. The server
+ * grants the keys of a batch one after the other, each at its own clock reading, so their
+ * expiries lie a little apart; every handle of the statement counts from the earliest, which
+ * never claims more than the server granted, and keeps the handles on one keep-alive tick.
+ */
+function leastRemainingMs(rows: readonly { remaining_us: number | null }[]): number | null {
+  let least: number | null = null;
+  for (const row of rows) {
+    if (row.remaining_us !== null && (least === null || row.remaining_us < least))
+      least = row.remaining_us;
+  }
+  return msFromUs(least);
 }
 
 /** One call waiting in a {@link Coalescer}. */
@@ -168,11 +184,12 @@ export async function renewMany(run: RunStatement, items: RenewItem[]): Promise<
     ttlMicroseconds,
   ]);
   // One row per key, in input order.
+  const remainingMs = leastRemainingMs(rows);
   return rows.map((row) => ({
     status: row.status,
     expiresAt: dateFromMs(row.expires_ms),
     sentAt,
-    remainingMs: msFromUs(row.remaining_us),
+    remainingMs: row.remaining_us === null ? null : remainingMs,
   }));
 }
 

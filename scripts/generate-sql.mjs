@@ -130,6 +130,21 @@ function templateLiteral(text) {
   return '`' + text.replace(/\\/g, '\\\\').replace(/`/g, '\\`').replace(/\$\{/g, '\\${') + '`';
 }
 
+/**
+ * The server's limits, read from the functions that define them in objects/10-rules.sql
+ * (`lease._max_bytes()` and its siblings, each `RETURN <integer>;`), so that the client states
+ * the same numbers without a copy of them.
+ */
+export function serverLimits() {
+  const rules = fs.readFileSync(path.join(extensionDir, 'src', 'objects', '10-rules.sql'), 'utf8');
+  const limit = (name) => {
+    const match = new RegExp(`FUNCTION lease\\.${name}\\(\\)[^;]*?\\nRETURN (\\d+);`).exec(rules);
+    if (!match) throw new Error(`objects/10-rules.sql: no lease.${name}() returning an integer`);
+    return Number(match[1]);
+  };
+  return { bytes: limit('_max_bytes'), years: limit('_max_years'), keys: limit('_max_keys') };
+}
+
 /** src/generated/sql.ts for the scripts of {@link extensionScripts}. */
 export function bundleModule(scripts, version = defaultVersion()) {
   const installName = `pg_lease--${version}.sql`;
@@ -148,6 +163,15 @@ export function bundleModule(scripts, version = defaultVersion()) {
     '',
     '/** The extension version the bundled install script creates. */',
     `export const BUNDLED_VERSION = '${version}';`,
+    '',
+    '/** Keys and owners are 1 to this many bytes (`lease._max_bytes()`). */',
+    `export const MAX_BYTES = ${serverLimits().bytes};`,
+    '',
+    '/** ttl, wait and older_than are at most this many years (`lease._max_years()`). */',
+    `export const MAX_YEARS = ${serverLimits().years};`,
+    '',
+    '/** A batch takes at most this many keys (`lease._max_keys()`). */',
+    `export const MAX_BATCH_KEYS = ${serverLimits().keys};`,
     '',
     '/** File name of the bundled install script under extension/sql. */',
     `export const BUNDLED_SCRIPT_NAME = '${installName}';`,

@@ -121,5 +121,5 @@ export const STATEMENTS = {
   ),
 } as const;
 
-/** Most keys one batch statement takes (the server's documented limit). */
-export const MAX_BATCH_KEYS = 10_000;
+/** Most keys one batch statement takes (the server's limit, `lease._max_keys()`). */
+export { MAX_BATCH_KEYS } from './generated/sql.js';

@@ -13,6 +13,7 @@
  */
 import { parseIntervalFields, toMicroseconds, type Duration } from './duration.js';
 import { LeaseInvalidInputError } from './errors.js';
+import { MAX_BYTES, MAX_YEARS } from './generated/sql.js';
 
 /** Which API function the input is for; it decides which parameters apply, as on the server. */
 export type LeaseFunction = 'acquire' | 'renew' | 'release' | 'inspect';
@@ -37,22 +38,21 @@ export interface ValidInput {
   waitMicroseconds: number;
 }
 
-/** Keys and owners are 1 to 1000 bytes of UTF-8 (the server measures octet_length). */
-export const MAX_KEY_BYTES = 1000;
-/** Intervals are at most 1000 years, compared as PostgreSQL compares intervals (360 000 days). */
-const MAX_INTERVAL_MICROSECONDS = 1000 * 12 * 30 * 24 * 60 * 60 * 1_000_000;
+/** Keys and owners are 1 to MAX_BYTES bytes of UTF-8 (the server measures octet_length). */
+export const MAX_KEY_BYTES = MAX_BYTES;
+/** Intervals are at most MAX_YEARS years, compared as PostgreSQL compares them (a year: 360 days). */
+const MAX_INTERVAL_MICROSECONDS = MAX_YEARS * 12 * 30 * 24 * 60 * 60 * 1_000_000;
 
 const HINT: Record<LeaseFunction, string> = {
-  inspect: 'key is a non-empty string of at most 1000 bytes.',
-  release:
-    'key and owner are non-empty strings of at most 1000 bytes; epoch is the one acquire returned.',
+  inspect: `key is a non-empty string of at most ${MAX_BYTES} bytes.`,
+  release: `key and owner are non-empty strings of at most ${MAX_BYTES} bytes; epoch is the one acquire returned.`,
   acquire:
-    'key and owner are non-empty strings of at most 1000 bytes; ' +
-    'intervals are finite, at most 1000 years, without negative fields; ' +
+    `key and owner are non-empty strings of at most ${MAX_BYTES} bytes; ` +
+    `intervals are finite, at most ${MAX_YEARS} years, without negative fields; ` +
     'ttl is greater than zero.',
   renew:
-    'key and owner are non-empty strings of at most 1000 bytes; ' +
-    'intervals are finite, at most 1000 years, without negative fields; ' +
+    `key and owner are non-empty strings of at most ${MAX_BYTES} bytes; ` +
+    `intervals are finite, at most ${MAX_YEARS} years, without negative fields; ` +
     'ttl is greater than zero.',
 };
 
@@ -174,7 +174,7 @@ export function checkDuration(
   if (hasNegativeField(fields) || (rule === 'positive' ? microseconds <= 0 : microseconds < 0))
     return { violation: range };
   if (microseconds > MAX_INTERVAL_MICROSECONDS)
-    return { violation: `${name} must be at most 1000 years` };
+    return { violation: `${name} must be at most ${MAX_YEARS} years` };
   if (microseconds % 1000 !== 0)
     return { violation: `${name} must be a whole number of milliseconds, got ${show(value)}` };
   return { violation: undefined, microseconds };

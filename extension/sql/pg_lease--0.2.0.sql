@@ -50,15 +50,17 @@
  *      extension (an overload of an internal helper or of an API function,
  *      an operator, a type, anything in any catalog that has a namespace)
  *      could capture a qualified reference below, or a caller's call, or
- *      make one ambiguous.  The guard looks for one in every such catalog
- *      and refuses to go on, naming them.
+ *      make one ambiguous; so could a cast from, to or through its objects,
+ *      and a trigger on its tables would run inside the API as superuser.
+ *      The guard looks for all of them and refuses to go on, naming them.
  *      "Part of the extension" means a member of it, or an object a member
  *      owns internally (the table's row type and index), and in either case
  *      owned by the role running the script: the extension's owner, who is
  *      the installing role, may add objects of its own to the extension
  *      (ALTER EXTENSION ... ADD), and a CREATE OR REPLACE below would keep
- *      their owner.  A bundle install, which has no extension, counts what
- *      the installing role owns.
+ *      their owner.  A trigger is ours only when it calls one of our internal
+ *      ("_") functions.  A bundle install, which has no extension, counts
+ *      what the installing role owns.
  *   4. The schema.  Whoever owns schema lease can rename it or create
  *      objects in it, so the role that owns the functions takes it over,
  *      and every privilege that others hold on it is revoked.  Only USAGE
@@ -232,7 +234,7 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- 3. Refuse anything in the schema that is not ours.
+    -- 3. Refuse anything in the schema, or on its tables, that is not ours.
     WITH RECURSIVE ours (classid, objid) AS (
         SELECT d.classid, d.objid
           FROM pg_catalog.pg_depend AS d
@@ -308,6 +310,33 @@ BEGIN
          WHERE (v_ext IS NOT NULL
                 AND NOT EXISTS (SELECT FROM ours AS o WHERE o.classid = p.classid AND o.objid = p.objid))
             OR p.owner IS DISTINCT FROM v_me
+        UNION ALL
+        -- Triggers (a foreign key's too) on our tables: theirs unless they
+        -- call one of our internal functions.  A trigger depends on its
+        -- table automatically, so "ours" above would count it as ours.
+        SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid
+          FROM pg_catalog.pg_trigger AS t
+          JOIN pg_catalog.pg_class AS c ON c.oid = t.tgrelid
+          LEFT JOIN pg_catalog.pg_proc AS f ON f.oid = t.tgfoid
+         WHERE c.relnamespace = v_schema
+           AND NOT (f.pronamespace IS NOT DISTINCT FROM v_schema
+                    AND f.proname OPERATOR(pg_catalog.~) '^_'
+                    AND f.proowner IS NOT DISTINCT FROM v_me
+                    AND (v_ext IS NULL
+                         OR EXISTS (SELECT FROM ours AS o
+                                     WHERE o.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                                       AND o.objid = f.oid)))
+        UNION ALL
+        -- Casts have no schema: those from, to or through our objects.
+        SELECT 'pg_catalog.pg_cast'::pg_catalog.regclass, k.oid
+          FROM pg_catalog.pg_cast AS k
+         WHERE (k.castsource IN (SELECT t.oid FROM pg_catalog.pg_type AS t WHERE t.typnamespace = v_schema)
+                OR k.casttarget IN (SELECT t.oid FROM pg_catalog.pg_type AS t WHERE t.typnamespace = v_schema)
+                OR k.castfunc IN (SELECT p.oid FROM pg_catalog.pg_proc AS p WHERE p.pronamespace = v_schema))
+           AND NOT (v_ext IS NOT NULL
+                    AND EXISTS (SELECT FROM ours AS o
+                                 WHERE o.classid = 'pg_catalog.pg_cast'::pg_catalog.regclass
+                                   AND o.objid = k.oid))
     )
     SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(f.classid, f.objid, 0), ', '
                                  ORDER BY pg_catalog.pg_describe_object(f.classid, f.objid, 0))

@@ -336,6 +336,20 @@ describe('CREATE EXTENSION: a schema lease that a non-superuser made', () => {
     assertRefused(error, '55000', CHANGED);
   });
 
+  test('dropped and made again in the installing transaction: the overload is left in the dropped schema', async () => {
+    const { url, error } = await ownerAttack(() => 'DROP SCHEMA lease; CREATE SCHEMA lease');
+    // Accepted, since no other session can see the new schema; the overload's
+    // transaction took no lock the DROP had to wait for, so it commits into a
+    // schema that no longer exists, where no name reaches it.
+    assert.equal(error, undefined);
+    const admin = await connect(url);
+    const { rows } = await admin.query(
+      `SELECT count(*)::int AS n FROM pg_proc p
+        WHERE p.proname = 'acquire' AND NOT EXISTS (SELECT FROM pg_namespace n WHERE n.oid = p.pronamespace)`,
+    );
+    assert.equal(rows[0].n, 1, 'the overload is orphaned');
+  });
+
   test('without a rewrite the schema is refused as open to its owner', async () => {
     const { error, attacker } = await ownerAttack(() => 'SELECT 1');
     assertRefused(error, '55000', OPEN, new RegExp(attacker));
@@ -705,6 +719,37 @@ describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0', () => {
     }
     await assertNothingPlanted(url, eve);
     assertRefused(error, '55000', FOREIGN, /trigger escalate on table lease\.leases/);
+  });
+
+  test("a TRIGGER grant under 0.1.0 cannot attach one of the extension's internal functions", async () => {
+    const url = await database();
+    const admin = await connect(url);
+    const eve = await role('eve');
+    await admin.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
+    await admin.query('ALTER EXTENSION pg_lease UPDATE');
+    // What the guard's trigger rule relies on: CREATE TRIGGER needs EXECUTE on the function.
+    await admin.query(`GRANT TRIGGER ON lease.leases TO ${eve}`);
+    const client = await connect(url, eve);
+    const error = await outcome(
+      client.query(
+        `CREATE CONSTRAINT TRIGGER t AFTER UPDATE ON lease.leases DEFERRABLE INITIALLY DEFERRED
+           FOR EACH ROW EXECUTE FUNCTION lease._durable_commit()`,
+      ),
+    );
+    assert.equal(error?.code, '42501', error?.message ?? 'created');
+  });
+
+  test('column grants to a role whose name needs quoting do not survive the update', async () => {
+    const url = await database();
+    const admin = await connect(url);
+    await cluster.query(`CREATE ROLE "Eve ${serial}" LOGIN`);
+    await admin.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
+    await admin.query(`GRANT SELECT (owner) ON lease.leases TO "Eve ${serial}" WITH GRANT OPTION`);
+    await admin.query('ALTER EXTENSION pg_lease UPDATE');
+    const { rows } = await admin.query(
+      `SELECT count(*)::int AS n FROM pg_attribute WHERE attrelid = 'lease.leases'::regclass AND attacl IS NOT NULL`,
+    );
+    assert.equal(rows[0].n, 0);
   });
 
   test('a foreign key to the table through a REFERENCES grant under 0.1.0 is refused', async () => {

@@ -845,10 +845,31 @@ describe('updates in several steps in one transaction', () => {
     assert.equal(await installed(client), CHAIN_VERSION);
   });
 
-  test('a rewrite of schema lease between two statements of a transaction is refused', async () => {
+  test(`a superuser's CREATE EXTENSION VERSION '${CHAIN_VERSION}' goes through: the schema's OID comes just before the extension's`, async () => {
+    const url = await database();
+    const admin = await connect(url);
+    await admin.query(`CREATE EXTENSION pg_lease VERSION '${CHAIN_VERSION}'`);
+    assert.equal(await installed(admin), CHAIN_VERSION);
+  });
+
+  test('a superuser installs, drops and installs again in one transaction', async () => {
+    const url = await database();
+    const admin = await connect(url);
+    await admin.query('BEGIN');
+    await admin.query('CREATE EXTENSION pg_lease');
+    await admin.query('DROP EXTENSION pg_lease; DROP SCHEMA lease');
+    // The first take-over counts as a rewrite of pg_namespace in this transaction.
+    await admin.query('CREATE EXTENSION pg_lease');
+    await admin.query('COMMIT');
+    assert.equal(await installed(admin), '0.2.0');
+  });
+
+  test("in a superuser's session, a schema made before the transaction and rewritten in it is refused", async () => {
     const url = await database();
     const admin = await connect(url);
     await admin.query(`CREATE SCHEMA lease; GRANT USAGE ON SCHEMA lease TO PUBLIC`);
+    // Any object made since the schema, anywhere in the cluster, takes an OID.
+    await admin.query(`CREATE TABLE public.since (a int)`);
     await admin.query('BEGIN');
     await admin.query('CREATE EXTENSION pg_lease');
     await admin.query('GRANT USAGE ON SCHEMA lease TO PUBLIC');

@@ -213,7 +213,9 @@ BEGIN
         END IF;
 
         -- Every transaction of this database open now (its virtual xid is
-        -- locked until it ends); ours excluded.
+        -- locked until it ends); ours excluded, and autovacuum's, which can
+        -- run for hours and runs no client's statements (CREATE INDEX
+        -- CONCURRENTLY does not wait for vacuums either).
         PERFORM pg_catalog.pg_stat_clear_snapshot();
         v_waitfor := ARRAY(
             SELECT l.virtualxid
@@ -221,7 +223,8 @@ BEGIN
               JOIN pg_catalog.pg_stat_activity AS s ON s.pid = l.pid
              WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
                AND l.pid <> pg_catalog.pg_backend_pid()
-               AND s.datid = v_db);
+               AND s.datid = v_db
+               AND s.backend_type <> 'autovacuum worker');
         v_wait_ms := (SELECT s.setting::bigint FROM pg_catalog.pg_settings AS s WHERE s.name = 'lock_timeout');
         IF v_wait_ms = 0 THEN
             v_wait_ms := 60000;

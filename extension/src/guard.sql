@@ -18,31 +18,52 @@
  *      when the script ends.  Every object of the extension is named with
  *      its schema; SQL-standard function bodies are bound while this path
  *      is in force.
- *   2. The schema.  Whoever owns schema lease can rename it or create
- *      objects in it, so the role that owns the functions takes it over,
- *      and every privilege that others hold on it is revoked (a schema
- *      made beforehand may carry GRANT CREATE ... TO PUBLIC).  Only USAGE
- *      is granted back, to PUBLIC.
+ *   2. Nobody creating unseen.  The contents check (3) sees committed
+ *      objects and this transaction's own, not those of transactions still
+ *      open, and nothing keeps a session that may create in the schema from
+ *      adding more until this transaction commits: creating a function,
+ *      type or operator takes no lock on its schema.  Other sessions act on
+ *      the schema as committed.  So schema lease is accepted only
+ *        a. when this transaction made it (as CREATE EXTENSION does when it
+ *           is missing): nobody else can see it.  The row's xmin being ours
+ *           is no proof, since a GRANT, RENAME or OWNER TO rewriting the row
+ *           gives it that xmin too.  Proof is that xmin together with this
+ *           transaction having rewritten no row of pg_namespace, as the
+ *           statistics count (they include counts of this session's
+ *           earlier transactions not yet reported: those can only refuse).
+ *           A superuser's session, which does not attack itself, may
+ *           instead show it by the schema's OID coming just before that of
+ *           an extension made in this transaction (a reinstall in one
+ *           session would otherwise trip over the counts of the first);
+ *        b. or, made before, when as committed no role but superusers (and,
+ *           for a bundle, the installing role) owns it or may create in it.
+ *           Transactions that began while it was open may still be
+ *           creating, so the guard waits for every transaction of this
+ *           database open when it looked (a prepared one is refused), and
+ *           then looks with a new snapshot, which needs READ COMMITTED.
+ *      Anything else is refused, so also the second step of an update in
+ *      several steps in one transaction when the first had to rewrite the
+ *      schema's row: any mark the first could leave the session could forge.
  *   3. Nothing foreign.  An object in schema lease that is not part of this
  *      extension (an overload of an internal helper or of an API function,
  *      an operator, a type, anything in any catalog that has a namespace)
  *      could capture a qualified reference below, or a caller's call, or
- *      make one ambiguous.  The guard looks for one in every such catalog
- *      and refuses to go on, naming them.  "Part of the extension" means a
- *      member of it, or an object a member owns internally (the table's row
- *      type and index), and in either case owned by the role running the
- *      script: the extension's owner, who is the installing role, may add
- *      objects of its own to the extension (ALTER EXTENSION ... ADD), and a
- *      CREATE OR REPLACE below would keep their owner.  A bundle install,
- *      which has no extension, counts what the installing role owns.
- *   4. Nobody creating unseen.  The check sees committed objects and this
- *      transaction's own.  An object that another session creates in a
- *      transaction still open would appear after it, in a schema taken to
- *      be safe.  So a schema lease that this transaction did not create is
- *      accepted only when no role but superusers (and, for a bundle, the
- *      installing role itself) owns it or may create in it: for instance
- *      the empty schema DROP EXTENSION leaves behind.  Anything else is
- *      refused with a HINT; a script cannot wait for other sessions.
+ *      make one ambiguous; so could a cast from, to or through its objects,
+ *      and a trigger on its tables would run inside the API as superuser.
+ *      The guard looks for all of them and refuses to go on, naming them.
+ *      "Part of the extension" means a member of it, or an object a member
+ *      owns internally (the table's row type and index), and in either case
+ *      owned by the role running the script: the extension's owner, who is
+ *      the installing role, may add objects of its own to the extension
+ *      (ALTER EXTENSION ... ADD), and a CREATE OR REPLACE below would keep
+ *      their owner.  A trigger is ours only when it calls one of our internal
+ *      ("_") functions.  A bundle install, which has no extension, counts
+ *      what the installing role owns.
+ *   4. The schema.  Whoever owns schema lease can rename it or create
+ *      objects in it, so the role that owns the functions takes it over,
+ *      and every privilege that others hold on it is revoked.  Only USAGE
+ *      is granted back, to PUBLIC.  The row is rewritten only to change it,
+ *      so installing into the schema DROP EXTENSION left rewrites nothing.
  *
  * After the guard, only the schema's owner can create objects in lease.
  */
@@ -50,41 +71,112 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 
 DO $guard$
 DECLARE
-    v_schema  oid := (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'lease');
-    v_ext     oid := (SELECT e.oid FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pg_lease');
-    v_xmin    xid := (SELECT n.xmin FROM pg_catalog.pg_namespace AS n WHERE n.oid = v_schema);
-    v_top     xid8 := pg_catalog.pg_current_xact_id();
-    v_grantee oid;
-    v_foreign text;
+    v_schema   oid := (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'lease');
+    v_ext      oid := (SELECT e.oid FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pg_lease');
+    v_me       oid := (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = current_user);
+    v_super    boolean := coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r
+                                     WHERE r.rolname = session_user), false);
+    v_db       oid := (SELECT d.oid FROM pg_catalog.pg_database AS d
+                        WHERE d.datname = pg_catalog.current_database());
+    v_top      xid8 := pg_catalog.pg_current_xact_id();  -- assigns ours, for age() below
+    -- Rows of pg_namespace this transaction rewrote (see 2a), read before
+    -- the guard rewrites any.
+    v_rewrites bigint := pg_catalog.pg_stat_get_xact_tuples_updated('pg_catalog.pg_namespace'::pg_catalog.regclass);
+    v_owner    oid;
+    v_acl      pg_catalog.aclitem[];
+    v_xmin     xid;
+    v_age      integer;
+    v_mine     boolean;
+    v_ext_new  boolean;
+    v_counted  boolean;
+    v_waitfor  text[];
+    v_wait_ms  bigint;
+    v_deadline timestamptz;
+    v_grantee  oid;
+    v_foreign  text;
 BEGIN
     IF v_schema IS NULL THEN
         RAISE EXCEPTION 'pg_lease: schema lease does not exist'
             USING ERRCODE = 'invalid_schema_name';
     END IF;
+    SELECT n.nspowner, n.nspacl, n.xmin INTO v_owner, v_acl, v_xmin
+      FROM pg_catalog.pg_namespace AS n WHERE n.oid = v_schema;
 
-    -- 4. A schema made before this transaction (its row's xmin is neither
-    -- this transaction nor, being newer than it and still in progress, one
-    -- of its subtransactions) must be closed to all but trusted roles.
-    IF v_xmin <> pg_catalog.xid(v_top)
-       AND NOT (pg_catalog.age(v_xmin) < 0
-                AND pg_catalog.pg_xact_status(
-                        (((v_top::text::bigint >> 32) << 32) + v_xmin::text::bigint)::text::xid8)
-                    = 'in progress') THEN
-        SELECT pg_catalog.string_agg(DISTINCT c.name, ', ')
+    -- 2. Did this transaction write the row we see?  A visible row whose
+    -- xmin is in progress can only be ours: our top-level xid (age 0) or a
+    -- subtransaction's, which is newer (age < 0).  An unfrozen xmin is
+    -- within 2^31 of ours, so age places it exactly; a frozen one reads 2.
+    v_age := pg_catalog.age(v_xmin);
+    v_mine := v_age = 0
+        OR (v_age < 0
+            AND pg_catalog.pg_xact_status((v_top::text::bigint - v_age)::text::xid8) = 'in progress');
+    -- Likewise for the extension's dependency on its schema, a row only
+    -- CREATE EXTENSION writes: was the extension made in this transaction?
+    SELECT pg_catalog.age(d.xmin) INTO v_age
+      FROM pg_catalog.pg_depend AS d
+     WHERE d.classid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND d.objid = v_ext
+       AND d.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass AND d.refobjid = v_schema;
+    v_ext_new := coalesce(v_age = 0
+        OR (v_age < 0
+            AND pg_catalog.pg_xact_status((v_top::text::bigint - v_age)::text::xid8) = 'in progress'), false);
+
+    IF v_mine THEN
+        -- 2a.  Statistics are counted only with track_counts on, which only
+        -- a superuser can turn off (or a role granted SET on it).
+        v_counted := pg_catalog.current_setting('track_counts')::boolean;
+        IF v_counted AND pg_catalog.to_regclass('pg_catalog.pg_parameter_acl') IS NOT NULL THEN
+            EXECUTE 'SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                                         WHERE NOT r.rolsuper
+                                           AND pg_catalog.has_parameter_privilege(r.oid, $1, $2))'
+               INTO v_counted USING 'track_counts', 'SET';
+        END IF;
+        -- A superuser's session is trusted not to attack its own install,
+        -- only to have rewritten the schema by mistake, which takes no OID:
+        -- a schema made by this CREATE EXTENSION is one whose OID comes just
+        -- before that of an extension made in this transaction.  That spares
+        -- a superuser who reinstalls in one session the counts of its last
+        -- take-over, not yet reported.
+        IF NOT (v_counted AND v_rewrites = 0)
+           AND NOT (v_super AND v_ext_new AND v_ext::bigint = v_schema::bigint + 1) THEN
+            RAISE EXCEPTION 'pg_lease: schema lease was changed earlier in this transaction'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'Other sessions still see schema lease as it was before this transaction, '
+                          || 'so whoever could create objects in it then still can, unseen. '
+                          || CASE WHEN v_counted
+                                  THEN 'This session rewrote ' || v_rewrites::text
+                                       || ' row(s) of pg_namespace (a GRANT, REVOKE, ALTER SCHEMA or the like), '
+                                       || 'in this transaction or moments before it.'
+                                  ELSE 'track_counts is off or may be changed by roles that are not superusers, '
+                                       || 'so the guard cannot tell whether this transaction made schema lease.'
+                             END,
+                      HINT = 'Commit the change to schema lease first; make sure no session that could create '
+                          || 'objects in it is still in a transaction; then run this statement in a transaction '
+                          || 'of its own, from a new session.';
+        END IF;
+        -- Made in this transaction: nobody else can see it.
+    ELSE
+        -- 2b.  As every other session sees it: closed to all but trusted roles?
+        SELECT pg_catalog.string_agg(c.name, ', ' ORDER BY c.name)
           INTO v_foreign
-          FROM (SELECT r.rolname::text AS name, r.rolsuper
-                  FROM pg_catalog.pg_namespace AS n
-                  JOIN pg_catalog.pg_roles AS r ON r.oid = n.nspowner
-                 WHERE n.oid = v_schema
-                UNION ALL
-                SELECT CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE r.rolname::text END,
-                       coalesce(r.rolsuper, false)
-                  FROM pg_catalog.pg_namespace AS n
-                  CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) AS a
-                  LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = a.grantee
-                 WHERE n.oid = v_schema AND a.privilege_type = 'CREATE') AS c
-         WHERE NOT c.rolsuper
-           AND c.name <> current_user::text;
+          FROM (SELECT r.rolname::text AS name
+                  FROM pg_catalog.pg_roles AS r
+                 -- Trusted: superusers, roles that may SET ROLE to one (and,
+                 -- for a bundle, the installing role and who may become it).
+                 WHERE NOT EXISTS (
+                           SELECT FROM pg_catalog.pg_roles AS t
+                            WHERE (t.rolsuper OR (v_ext IS NULL AND t.oid = v_me))
+                              AND (t.oid = r.oid
+                                   OR pg_catalog.pg_has_role(r.oid, t.oid,
+                                          CASE WHEN pg_catalog.current_setting('server_version_num')::integer >= 160000
+                                               THEN 'SET' ELSE 'MEMBER' END)))
+                   AND (r.oid = v_owner
+                        OR (NOT EXISTS (SELECT FROM pg_catalog.aclexplode(v_acl) AS a
+                                         WHERE a.grantee = 0 AND a.privilege_type = 'CREATE')
+                            AND pg_catalog.has_schema_privilege(r.oid, v_schema, 'CREATE')))
+                UNION
+                SELECT 'PUBLIC'
+                  FROM pg_catalog.aclexplode(v_acl) AS a
+                 WHERE a.grantee = 0 AND a.privilege_type = 'CREATE') AS c;
         IF v_foreign IS NOT NULL THEN
             RAISE EXCEPTION 'pg_lease: schema lease existed before and is open to roles that are not superusers'
                 USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -93,25 +185,76 @@ BEGIN
                           || 'Otherwise give it to a superuser, revoke CREATE from those roles, make sure none of '
                           || 'their sessions is still in a transaction, and try again.';
         END IF;
+
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'pg_lease: schema lease existed before this transaction, which must be READ COMMITTED'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'The guard looks for objects that other transactions committed after this one '
+                          || 'began; at ' || pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
+                          || ' it would not see them.',
+                      HINT = 'Run it in a READ COMMITTED transaction.';
+        END IF;
+
+        SELECT pg_catalog.string_agg(pg_catalog.format('%L (owner %s)', p.gid, p.owner), ', ' ORDER BY p.gid)
+          INTO v_foreign
+          FROM pg_catalog.pg_prepared_xacts AS p
+         WHERE p.database = pg_catalog.current_database();
+        IF v_foreign IS NOT NULL THEN
+            RAISE EXCEPTION 'pg_lease: a prepared transaction of this database may be creating objects in schema lease'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'Prepared: ' || v_foreign || '.',
+                      HINT = 'COMMIT PREPARED or ROLLBACK PREPARED them, and try again.';
+        END IF;
+
+        -- Every transaction of this database open now (its virtual xid is
+        -- locked until it ends); ours excluded, and autovacuum's, which can
+        -- run for hours and runs no client's statements (CREATE INDEX
+        -- CONCURRENTLY does not wait for vacuums either).
+        PERFORM pg_catalog.pg_stat_clear_snapshot();
+        v_waitfor := ARRAY(
+            SELECT l.virtualxid
+              FROM pg_catalog.pg_locks AS l
+              JOIN pg_catalog.pg_stat_activity AS s ON s.pid = l.pid
+             WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
+               AND l.pid <> pg_catalog.pg_backend_pid()
+               AND s.datid = v_db
+               AND s.backend_type <> 'autovacuum worker');
+        v_wait_ms := (SELECT s.setting::bigint FROM pg_catalog.pg_settings AS s WHERE s.name = 'lock_timeout');
+        IF v_wait_ms = 0 THEN
+            v_wait_ms := 60000;
+        END IF;
+        v_deadline := pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => v_wait_ms / 1000.0);
+        LOOP
+            SELECT pg_catalog.array_agg(l.pid)::text INTO v_foreign
+              FROM pg_catalog.pg_locks AS l
+             WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
+               AND l.virtualxid = ANY (v_waitfor);
+            EXIT WHEN v_foreign IS NULL;
+            IF pg_catalog.clock_timestamp() >= v_deadline THEN
+                PERFORM pg_catalog.pg_stat_clear_snapshot();
+                SELECT pg_catalog.string_agg(
+                           pg_catalog.format('pid %s (role %s, %s since %s)', s.pid,
+                                             coalesce(s.usename::text, '?'), coalesce(s.state, s.backend_type),
+                                             s.xact_start),
+                           ', ' ORDER BY s.pid)
+                  INTO v_foreign
+                  FROM pg_catalog.pg_locks AS l
+                  JOIN pg_catalog.pg_stat_activity AS s ON s.pid = l.pid
+                 WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
+                   AND l.virtualxid = ANY (v_waitfor);
+                RAISE EXCEPTION 'pg_lease: other transactions in this database are still open'
+                    USING ERRCODE = 'lock_not_available',
+                          DETAIL = 'Schema lease existed before; a transaction that began while other roles '
+                              || 'could create objects in it may still be adding some. Waited '
+                              || v_wait_ms::text || ' ms for: ' || coalesce(v_foreign, '?') || '.',
+                          HINT = 'End those transactions, or let them end, and try again; lock_timeout sets how '
+                              || 'long to wait.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.01);
+        END LOOP;
     END IF;
 
-    -- 2. Take the schema over and close it.
-    ALTER SCHEMA lease OWNER TO CURRENT_USER;
-    FOR v_grantee IN
-        SELECT DISTINCT a.grantee
-          FROM pg_catalog.pg_namespace AS n,
-               LATERAL pg_catalog.aclexplode(n.nspacl) AS a
-         WHERE n.oid = v_schema
-           AND a.grantee <> n.nspowner
-    LOOP
-        EXECUTE 'REVOKE ALL ON SCHEMA lease FROM '
-            || CASE v_grantee WHEN 0 THEN 'PUBLIC'
-                              ELSE v_grantee::pg_catalog.regrole::text END  -- regrole quotes
-            || ' CASCADE';
-    END LOOP;
-    GRANT USAGE ON SCHEMA lease TO PUBLIC;
-
-    -- 3. Refuse anything in the schema that is not ours.
+    -- 3. Refuse anything in the schema, or on its tables, that is not ours.
     WITH RECURSIVE ours (classid, objid) AS (
         SELECT d.classid, d.objid
           FROM pg_catalog.pg_depend AS d
@@ -181,20 +324,72 @@ BEGIN
          WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
            AND d.refobjid = v_ext
            AND d.deptype = 'e'
+    ), foreign_objects (classid, objid) AS (
+        SELECT p.classid, p.objid
+          FROM present AS p
+         WHERE (v_ext IS NOT NULL
+                AND NOT EXISTS (SELECT FROM ours AS o WHERE o.classid = p.classid AND o.objid = p.objid))
+            OR p.owner IS DISTINCT FROM v_me
+        UNION ALL
+        -- Triggers (a foreign key's too) on our tables: theirs unless they
+        -- call one of our internal functions.  A trigger depends on its
+        -- table automatically, so "ours" above would count it as ours.
+        SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid
+          FROM pg_catalog.pg_trigger AS t
+          JOIN pg_catalog.pg_class AS c ON c.oid = t.tgrelid
+          LEFT JOIN pg_catalog.pg_proc AS f ON f.oid = t.tgfoid
+         WHERE c.relnamespace = v_schema
+           AND NOT (f.pronamespace IS NOT DISTINCT FROM v_schema
+                    AND f.proname OPERATOR(pg_catalog.~) '^_'
+                    AND f.proowner IS NOT DISTINCT FROM v_me
+                    AND (v_ext IS NULL
+                         OR EXISTS (SELECT FROM ours AS o
+                                     WHERE o.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                                       AND o.objid = f.oid)))
+        UNION ALL
+        -- Casts have no schema: those from, to or through our objects.
+        SELECT 'pg_catalog.pg_cast'::pg_catalog.regclass, k.oid
+          FROM pg_catalog.pg_cast AS k
+         WHERE (k.castsource IN (SELECT t.oid FROM pg_catalog.pg_type AS t WHERE t.typnamespace = v_schema)
+                OR k.casttarget IN (SELECT t.oid FROM pg_catalog.pg_type AS t WHERE t.typnamespace = v_schema)
+                OR k.castfunc IN (SELECT p.oid FROM pg_catalog.pg_proc AS p WHERE p.pronamespace = v_schema))
+           AND NOT (v_ext IS NOT NULL
+                    AND EXISTS (SELECT FROM ours AS o
+                                 WHERE o.classid = 'pg_catalog.pg_cast'::pg_catalog.regclass
+                                   AND o.objid = k.oid))
     )
-    SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(p.classid, p.objid, 0), ', '
-                                 ORDER BY pg_catalog.pg_describe_object(p.classid, p.objid, 0))
+    SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(f.classid, f.objid, 0), ', '
+                                 ORDER BY pg_catalog.pg_describe_object(f.classid, f.objid, 0))
       INTO v_foreign
-      FROM present AS p
-     WHERE (v_ext IS NOT NULL
-            AND NOT EXISTS (SELECT FROM ours AS o WHERE o.classid = p.classid AND o.objid = p.objid))
-        OR p.owner IS DISTINCT FROM current_user::pg_catalog.regrole::oid;
+      FROM foreign_objects AS f;
 
     IF v_foreign IS NOT NULL THEN
         RAISE EXCEPTION 'pg_lease: schema lease holds objects that are not part of pg_lease'
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = 'Found: ' || v_foreign || '.',
                   HINT = 'Drop them (or the schema, when pg_lease is not installed) and try again.';
+    END IF;
+
+    -- 4. Take the schema over and close it; rewrite its row only to change it.
+    IF v_owner <> v_me THEN
+        ALTER SCHEMA lease OWNER TO CURRENT_USER;
+    END IF;
+    FOR v_grantee IN
+        SELECT DISTINCT a.grantee
+          FROM pg_catalog.pg_namespace AS n,
+               LATERAL pg_catalog.aclexplode(n.nspacl) AS a
+         WHERE n.oid = v_schema
+           AND a.grantee <> n.nspowner
+           AND NOT (a.grantee = 0 AND a.privilege_type = 'USAGE' AND a.grantor = n.nspowner)
+    LOOP
+        EXECUTE 'REVOKE ALL ON SCHEMA lease FROM '
+            || CASE v_grantee WHEN 0 THEN 'PUBLIC'
+                              ELSE v_grantee::pg_catalog.regrole::text END  -- regrole quotes
+            || ' CASCADE';
+    END LOOP;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_namespace AS n, LATERAL pg_catalog.aclexplode(n.nspacl) AS a
+                    WHERE n.oid = v_schema AND a.grantee = 0 AND a.privilege_type = 'USAGE') THEN
+        GRANT USAGE ON SCHEMA lease TO PUBLIC;
     END IF;
 END
 $guard$;

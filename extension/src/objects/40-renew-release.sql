@@ -92,20 +92,29 @@ BEGIN
                 NULL;
         END;
 
-        -- 2. Lock the row first and decide with a clock read then.
-        SELECT l.expires_at
-          INTO v_expires_at
-          FROM lease.leases AS l
-         WHERE l.key = p_key COLLATE pg_catalog."C"
-           AND l.owner = p_owner COLLATE pg_catalog."C"
-           AND l.epoch = p_epoch
-           AND l.expires_at > v_now
-           FOR NO KEY UPDATE;
-        IF FOUND AND lease._is_live(p_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
-            v_locked := true;
-            v_need := v_now;
-            CONTINUE;
-        END IF;
+        -- 2. Lock the row first and decide with a clock read then.  A grant
+        -- that lapsed meanwhile is refused, and its lock given back with the
+        -- subtransaction: a takeover must not wait for this transaction.
+        BEGIN
+            SELECT l.expires_at
+              INTO v_expires_at
+              FROM lease.leases AS l
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+               AND l.owner = p_owner COLLATE pg_catalog."C"
+               AND l.epoch = p_epoch
+               AND l.expires_at > v_now
+               FOR NO KEY UPDATE;
+            IF FOUND AND lease._is_live(p_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
+                v_locked := true;
+                v_need := v_now;
+            ELSIF FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'PLL02';
+            END IF;
+        EXCEPTION
+            WHEN SQLSTATE 'PLL02' THEN
+                NULL;
+        END;
+        CONTINUE WHEN v_locked;
 
         -- Nothing matched: now check what a match would have proven valid.
         IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner)

@@ -233,6 +233,18 @@ BEGIN
                                              TG_ARGV[1], pg_catalog.format_type(v_epoch_type, NULL));
     END IF;
 
+    -- Moving a row to another partition fires only AFTER INSERT on the
+    -- partitioned table, with no OLD row to compare: attached AFTER to a
+    -- partition, the trigger could not refuse a key move, so it refuses to
+    -- run there at all.
+    IF TG_WHEN = 'AFTER'
+       AND (SELECT c.relispartition FROM pg_catalog.pg_class AS c WHERE c.oid = TG_RELID) THEN
+        RAISE EXCEPTION 'pg_lease: lease.fence_row must fire BEFORE on a partitioned table'
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = pg_catalog.format('Trigger %I on partition %s fires AFTER %s.',
+                                             TG_NAME, TG_RELID::pg_catalog.regclass, TG_OP),
+                  HINT = 'An UPDATE that moves a row between partitions fires only AFTER INSERT; attach the trigger BEFORE INSERT OR UPDATE.';
+    END IF;
     v_row := pg_catalog.to_jsonb(NEW);
     -- An UPDATE that moves a row to another key takes it away from the old
     -- key's holder, for whom the row carries no epoch of this writer: the

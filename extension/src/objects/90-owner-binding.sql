@@ -29,9 +29,9 @@
  * for, nor makes anyone wait behind, a transaction that is using the table
  * (0.2.0 created a trigger, which queued every lease call behind any open
  * transaction that had written a lease).  Replacing the function
- * invalidates every session's plans that inlined it; a transaction sees
- * the new setting from its next statement that plans, and every new
- * transaction sees it.
+ * invalidates every session's plans that inlined it: every transaction
+ * that starts after the switch commits sees the new setting, while one
+ * that was already open may go on under the old one until it ends.
  */
 
 /*
@@ -165,6 +165,10 @@ BEGIN
                   DETAIL = pg_catalog.format('%s is neither a superuser nor a member of the database owner''s role.', v_caller);
     END IF;
     PERFORM lease._begin_write('bind_owners');
+    -- Two switches at once would both rewrite the function's catalog row,
+    -- and the second would fail ("tuple concurrently updated"): take them
+    -- in turn.  No lease call takes a lock this mode conflicts with.
+    LOCK TABLE lease.epoch_floor IN SHARE UPDATE EXCLUSIVE MODE;
     PERFORM lease._set_owners_bound(p_enabled);
     RETURN p_enabled;
 END;

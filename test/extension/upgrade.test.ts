@@ -108,7 +108,7 @@ describe('shipped versions', () => {
 
 describe('make install', () => {
   test(
-    'builds the scripts from src, installs them, and removes a pg_lease--0.1.0.sql an earlier install left, so 0.1.0 stays uninstallable',
+    'builds the scripts from src, installs them, and removes the 0.1.0 and 0.2.0 scripts an earlier install left, so neither version is installable',
     { skip: skipWithoutMake() },
     () => {
       const source = copyExtensionSource();
@@ -118,7 +118,8 @@ describe('make install', () => {
         const destdir = path.join(path.dirname(source.dir), 'destdir');
         const extensionDir = path.join(destdir, sharedir.stdout.trim(), 'extension');
         fs.mkdirSync(extensionDir, { recursive: true });
-        fs.writeFileSync(path.join(extensionDir, 'pg_lease--0.1.0.sql'), '-- stale\n');
+        for (const stale of ['pg_lease--0.1.0.sql', 'pg_lease--0.2.0.sql', 'pg_lease--0.1.0--0.2.0.sql'])
+          fs.writeFileSync(path.join(extensionDir, stale), '-- stale\n');
         const result = make(source.dir, 'install', `DESTDIR=${destdir}`);
         assert.equal(result.status, 0, result.stdout + result.stderr);
         assert.deepEqual(fs.readdirSync(extensionDir).sort(), [

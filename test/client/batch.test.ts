@@ -203,9 +203,12 @@ describe('shared keep-alive', () => {
       assert.equal(renewsIn(sent).single, 0);
       const gaps = at.slice(1).map((t, i) => t - at[i]!);
       const median = gaps.sort((a, b) => a - b)[Math.floor(gaps.length / 2)]!;
-      // 375 ms (15/16 of 400) in steady state; a busy machine's late timers only add to it.
+      // 375 ms (15/16 of 400) in steady state, counted from the server's clock reading of each
+      // renewal, which comes before its answer by the statement's own run time (since 0.2.1 a
+      // batch renews its keys one after the other, 20 of them taking tens of ms on a loaded
+      // machine); late timers only add to it. A third more often would be 267 ms.
       assert.ok(gaps.length >= 5, `${gaps.length + 1} renewals`);
-      assert.ok(median >= 340 && median <= 450, `median gap ${median.toFixed(0)} ms`);
+      assert.ok(median >= 290 && median <= 450, `median gap ${median.toFixed(0)} ms`);
       await Promise.all(leases.map((l) => l.release()));
     } finally {
       await pool.end();

@@ -127,7 +127,6 @@ BEGIN
                            AND lease._is_live(c.owner, c.expires_at, v_now)
                            FOR NO KEY UPDATE SKIP LOCKED)
            AND l.key = p_key COLLATE pg_catalog."C";
-        v_fresh := FOUND;
     END IF;
 
     -- inspect's view (§4 inspect), read after the mark, and from the same

@@ -32,6 +32,7 @@ import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { createFencedTable, STALE_EPOCH } from '../support/fence.js';
 import { uniqueKey } from '../support/helpers.js';
 import { micros } from '../support/lease-calls.js';
+import { generator } from '../support/history-model.js';
 
 const WORKERS = 5;
 const KEYS = 2;
@@ -82,17 +83,6 @@ interface Refusal {
   refusedBy: bigint;
 }
 
-/** mulberry32: a small seeded generator. */
-function generator(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const NOW = `${micros('clock_timestamp()')} AS now`;
 

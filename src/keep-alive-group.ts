@@ -8,7 +8,7 @@
  * member waits in the slot of the last tick before one interval has passed since its last
  * renewal, so it renews every 15/16 of an interval, never later than one interval after the
  * last renewal unless the timer is a whole tick late, and a tick touches only the members it
- * renews; a tick also takes the next tick's members, so members a tick boundary split renew
+ * renews; a tick that renews anyone also takes the next tick's members, so members a tick boundary split renew
  * together again. A new member counts from when its grant's ttl started, and renews as soon as
  * it joins if its grant took that long to arrive. Handles that join within the same sixteenth of an
  * interval renew at the same ticks, so their renewals share statements. Like the per-handle
@@ -250,12 +250,13 @@ class Bucket {
     while (!this.#stop.signal.aborted) {
       const next = (this.#done + 1) * this.#tickMs;
       if (!(await this.#wait(Math.max(1, next - performance.now())))) return;
-      // A late timer (a busy event loop) renews every slot it passed, in one tick. The next
-      // slot comes along, a tick early: handles a tick boundary split (one statement's grants
-      // measured a few µs apart, say) then renew together from here on, in one statement.
+      // A late timer (a busy event loop) renews every slot it passed, in one tick. A tick
+      // that renews anyone also takes the next tick's members, a tick early: handles a tick
+      // boundary split (one statement's grants measured a few µs apart, say) then renew
+      // together from here on, in one statement. Only a tick that renews anyway pulls the
+      // next one in; an empty tick pulling would move the split pair along together.
       // A timer may also wake a fraction of a millisecond early: that is still its tick.
       const now = Math.max(this.#done + 1, Math.floor(performance.now() / this.#tickMs));
-      const last = now + 1;
       const due: Member[] = [];
       const take = (tick: number) => {
         const slot = this.#slots.get(tick);
@@ -267,10 +268,11 @@ class Bucket {
         }
       };
       // Whichever is shorter: the ticks passed, or the slots there are.
-      if (last - this.#done <= this.#slots.size)
-        for (let tick = this.#done + 1; tick <= last; tick++) take(tick);
-      else for (const tick of [...this.#slots.keys()]) if (tick <= last) take(tick);
-      this.#done = Math.max(this.#done, last);
+      if (now - this.#done <= this.#slots.size)
+        for (let tick = this.#done + 1; tick <= now; tick++) take(tick);
+      else for (const tick of [...this.#slots.keys()]) if (tick <= now) take(tick);
+      if (due.length > 0) take(now + 1);
+      this.#done = now;
       this.#fire(due);
     }
   }

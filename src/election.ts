@@ -15,6 +15,7 @@ import { LeaseError, LeaseLostError } from './errors.js';
 import type { KeepAliveOptions } from './keeper.js';
 import type { Lease } from './lease.js';
 import { defaultOwner } from './owner.js';
+import { optionMs } from './validation.js';
 
 /**
  * Options of {@link Election}.
@@ -109,12 +110,11 @@ export class Election extends EventEmitter<ElectionEvents> {
     this.identity = options.identity ?? defaultOwner();
     this.#ttl = options.ttl;
     this.#keepAlive = options.keepAlive ?? {};
-    const margin = durationMicroseconds(options.stepDownMargin ?? 0);
-    if (margin === undefined || margin < 0)
-      throw new RangeError('pg_lease: stepDownMargin must be a non-negative finite duration');
     // The ttl is validated by acquire; a bad one fails the first campaign.
-    const ttl = durationMicroseconds(options.ttl) ?? 0;
-    this.#marginMs = (options.stepDownMargin === undefined ? ttl / 10 : margin) / 1000;
+    this.#marginMs =
+      options.stepDownMargin === undefined
+        ? (durationMicroseconds(options.ttl) ?? 0) / 10_000
+        : optionMs('stepDownMargin', options.stepDownMargin, 'non-negative');
   }
 
   /**

@@ -236,7 +236,7 @@ export class LeaseAbortedError extends LeaseError {
   readonly key: string;
 
   constructor(key: string, options?: ErrorOptions) {
-    super('aborted', `pg_lease: waiting for ${JSON.stringify(key)} was aborted`, options);
+    super('aborted', `pg_lease: the acquire of ${JSON.stringify(key)} was aborted`, options);
     this.key = key;
   }
 }

@@ -6,7 +6,13 @@
  * {@link LeaseFencedError}.
  */
 import pg from 'pg';
-import { LeaseError, LeaseFencedError, SQLSTATE, STALE_EPOCH_MESSAGE } from './errors.js';
+import {
+  LeaseError,
+  LeaseFencedError,
+  LeaseInvalidInputError,
+  SQLSTATE,
+  STALE_EPOCH_MESSAGE,
+} from './errors.js';
 
 /**
  * What a fenced transaction is fenced by: a {@link Lease} handle, or any key and epoch (for
@@ -82,7 +88,9 @@ export async function fencedTransaction<T>(
 ): Promise<T> {
   const begin = options.isolation === undefined ? 'BEGIN' : BEGIN[options.isolation];
   if (begin === undefined)
-    throw new TypeError(`pg_lease: unknown isolation level ${JSON.stringify(options.isolation)}`);
+    throw new LeaseInvalidInputError(
+      `isolation must be one of ${Object.keys(BEGIN).join(', ')}, got ${JSON.stringify(options.isolation)}`,
+    );
   if (!isPool(database)) return runFenced(database, begin, grant, fn);
   const connection = await database.connect();
   let broken: Error | undefined;

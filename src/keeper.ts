@@ -8,8 +8,9 @@
  */
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { durationMicroseconds, type Duration } from './duration.js';
+import type { Duration } from './duration.js';
 import { LeaseError } from './errors.js';
+import { optionMs } from './validation.js';
 
 /**
  * How a lease is kept alive.
@@ -51,10 +52,7 @@ export interface Scheduler {
 /** keepAlive.interval in milliseconds, undefined for the default (ttl / 3). @internal */
 export function keepAliveIntervalMs(options: KeepAliveOptions): number | undefined {
   if (options.interval === undefined) return undefined;
-  const micros = durationMicroseconds(options.interval);
-  if (micros === undefined || micros <= 0)
-    throw new RangeError('pg_lease: keepAlive.interval must be a positive finite duration');
-  return micros / 1000;
+  return optionMs('keepAlive.interval', options.interval, 'positive');
 }
 
 /** @internal */

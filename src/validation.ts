@@ -118,7 +118,10 @@ function toEpoch(value: unknown, violations: string[]): bigint {
   let epoch: bigint;
   if (typeof value === 'bigint') epoch = value;
   else if (typeof value === 'number' && Number.isSafeInteger(value)) epoch = BigInt(value);
-  else throw new TypeError(`pg_lease: epoch must be a bigint, got ${typeof value}`);
+  else {
+    violations.push(`epoch must be a bigint, got ${typeof value}`);
+    return 0n;
+  }
   if (epoch < BIGINT_MIN || epoch > BIGINT_MAX) {
     violations.push(`epoch must be a 64-bit integer, got ${epoch}`);
     return 0n;
@@ -178,6 +181,21 @@ export function checkDuration(
   if (microseconds % 1000 !== 0)
     return { violation: `${name} must be a whole number of milliseconds, got ${show(value)}` };
   return { violation: undefined, microseconds };
+}
+
+/**
+ * A duration option of the client's own (a keep-alive interval, a poll interval, a margin) in
+ * milliseconds, checked by the rules of {@link checkDuration}; bad input is the same
+ * {@link LeaseInvalidInputError} as a bad ttl, naming the option.
+ */
+export function optionMs(
+  name: string,
+  value: Duration | undefined,
+  rule: 'positive' | 'non-negative',
+): number {
+  const checked = checkDuration(name, value, rule);
+  if (checked.violation !== undefined) throw new LeaseInvalidInputError(checked.violation);
+  return checked.microseconds / 1000;
 }
 
 function show(value: Duration): string {

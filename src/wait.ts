@@ -22,10 +22,11 @@ import { randomUUID } from 'node:crypto';
 import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { durationMicroseconds, type Duration } from './duration.js';
+import type { Duration } from './duration.js';
 import type { LeaseState } from './client.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
 import { MAX_TIMER_MS } from './keeper.js';
+import { optionMs } from './validation.js';
 import { dateFromMs, EXPIRES_MS, REMAINING_US } from './statements.js';
 
 /** The channel releases notify on; the payload is the key. */
@@ -117,11 +118,10 @@ export class Waiting {
     this.#db = db;
     const mode = options.notifications ?? 'auto';
     this.#notifier = new Notifier(isPool(db) ? db : undefined, mode);
-    const poll =
-      options.pollInterval === undefined ? undefined : durationMicroseconds(options.pollInterval);
-    if (poll !== undefined && !(poll > 0))
-      throw new RangeError('pg_lease: pollInterval must be a positive finite duration');
-    this.#pollMs = poll === undefined ? DEFAULT_POLL_MS : poll / 1000;
+    this.#pollMs =
+      options.pollInterval === undefined
+        ? DEFAULT_POLL_MS
+        : optionMs('pollInterval', options.pollInterval, 'positive');
   }
 
   /** Whether waiters are notified of releases (`undefined` until the first wait decided it). */

@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import {
   ACQUIRE_TIMEOUT_MESSAGE,
+  LeaseAbortedError,
   LeaseClient,
   LeaseError,
   LeaseReadOnlyError,
@@ -171,5 +173,33 @@ describe('errors', () => {
     } finally {
       await readOnly.end();
     }
+  });
+});
+
+describe('the error table of docs/client.md', () => {
+  test('lists every error class the package exports, and only those', async () => {
+    const api = await import('../../src/index.js');
+    const exported = Object.entries(api)
+      .filter(([, value]) => typeof value === 'function' && value.prototype instanceof Error)
+      .map(([name]) => name)
+      .sort();
+    const doc = readFileSync(new URL('../../../docs/client.md', import.meta.url), 'utf8');
+    const table = doc.slice(doc.indexOf('\n## Errors\n'));
+    const listed = [...table.matchAll(/^\| `(\w+Error)` \|/gm)].map((match) => match[1]!).sort();
+    assert.ok(exported.length >= 9, exported.join());
+    assert.deepEqual(listed, exported);
+  });
+});
+
+describe('an acquire aborted before it starts', () => {
+  test('says the acquire was aborted, not that a wait was, and sends nothing', async () => {
+    const key = uniqueKey();
+    const error = await client
+      .acquire(key, { ttl: '30s', signal: AbortSignal.abort('stop') })
+      .catch((e: unknown) => e);
+    assert.ok(error instanceof LeaseAbortedError, String(error));
+    assert.equal(error.message, `pg_lease: the acquire of ${JSON.stringify(key)} was aborted`);
+    assert.equal(error.cause, 'stop');
+    assert.equal(await client.inspect(key), null);
   });
 });

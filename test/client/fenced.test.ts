@@ -6,6 +6,7 @@ import {
   LeaseClient,
   LeaseError,
   LeaseFencedError,
+  LeaseInvalidInputError,
   SQLSTATE,
   STALE_EPOCH_MESSAGE,
 } from '../../src/index.js';
@@ -184,7 +185,7 @@ describe('client.fenced', () => {
     }
     await assert.rejects(
       client.fenced(lease, () => undefined, { isolation: 'chaos' as 'serializable' }),
-      TypeError,
+      LeaseInvalidInputError,
     );
     await lease.release();
   });

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import {
+  Election,
   INVALID_INPUT_MESSAGE,
   LeaseClient,
   LeaseInvalidInputError,
@@ -249,6 +250,57 @@ describe('durations: one meaning for every input', () => {
       'epoch must be a 64-bit integer, got 9223372036854775808',
     );
   });
+});
+
+describe('bad options: one error type everywhere in the package', () => {
+  // Each option the client reads itself is refused with the error a bad ttl gets, its DETAIL
+  // naming the option, before anything is sent or any state is made.
+  const refusals: [string, () => unknown, string][] = [
+    [
+      'a poll interval of zero',
+      () => new LeaseClient(db.pool, { pollInterval: 0 }),
+      'pollInterval must be a positive finite interval',
+    ],
+    [
+      'a poll interval without a unit',
+      () => new LeaseClient(db.pool, { pollInterval: '5' }),
+      'pollInterval "5" has no unit: write 5s, 5ms or 5min',
+    ],
+    [
+      'a negative step-down margin',
+      () => new Election(client, 'e', { ttl: '3s', stepDownMargin: -1 }),
+      'stepDownMargin must be a non-negative finite interval',
+    ],
+    [
+      'a keep-alive interval that is not a duration',
+      () => new Election(client, 'e', { ttl: '3s', keepAlive: { interval: 'soon' } }).campaign(),
+      'keepAlive.interval "soon" is not a duration',
+    ],
+    [
+      'an unknown isolation level',
+      () =>
+        client.fenced({ key: 'k', epoch: 1n }, () => undefined, {
+          isolation: 'chaos' as 'serializable',
+        }),
+      'isolation must be one of read committed, repeatable read, serializable, got "chaos"',
+    ],
+    [
+      'an epoch that is not a number',
+      () => client.renew('k', { owner: 'o', epoch: '7' as unknown as bigint, ttl: '1s' }),
+      'epoch must be a bigint, got string',
+    ],
+  ];
+  for (const [name, call, detail] of refusals)
+    test(`${name} is a LeaseInvalidInputError naming the option`, async () => {
+      await assert.rejects(
+        async () => call(),
+        (error: unknown) => {
+          assert.ok(error instanceof LeaseInvalidInputError, String(error));
+          assert.equal(error.detail, detail);
+          return true;
+        },
+      );
+    });
 });
 
 describe('interval text: the client reads it as PostgreSQL does', () => {

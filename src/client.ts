@@ -829,6 +829,16 @@ async function runOutsideTransaction<R extends pg.QueryResultRow>(
     connection.off('notice', onNotice);
   }
   if (unconfirmed) throw unconfirmed;
+  // On a dedicated client, another query may have opened a transaction block between the check
+  // above and this statement (a BEGIN queued ahead of it): the statement ran inside it, and a
+  // rollback would undo it. Its answer is not counted; the connection's status after the
+  // statement is the status its own ReadyForQuery reported.
+  if (connection.getTransactionStatus() !== 'I')
+    throw new LeaseError(
+      'in_transaction',
+      'pg_lease: the call ran inside a transaction block that another query on the connection ' +
+        'opened meanwhile; its result is not counted, since a rollback would undo it',
+    );
   return rows;
 }
 

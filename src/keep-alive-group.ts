@@ -18,8 +18,8 @@
  * sooner, together with the others that failed.
  */
 import { performance } from 'node:perf_hooks';
-import { LeaseError } from './errors.js';
 import {
+  endsKeepAlive,
   keepAliveIntervalMs,
   sleepUntilStopped,
   type KeepAliveOptions,
@@ -130,7 +130,7 @@ class Member implements Scheduler {
     // A keep-alive renewal keeps the ttl in force; only lease.renew(ttl) changes it, and that
     // moves the member to its new interval's bucket (reschedule).
     const renewal = this.renew().catch((error: unknown) => {
-      if (error instanceof LeaseError) {
+      if (endsKeepAlive(error)) {
         this.stop();
         return;
       }

@@ -9,7 +9,7 @@
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Duration } from './duration.js';
-import { LeaseError } from './errors.js';
+import { LeaseError, LeaseLostError } from './errors.js';
 import { optionMs } from './validation.js';
 
 /**
@@ -49,6 +49,19 @@ export interface Scheduler {
   stop(): void;
 }
 
+/**
+ * Whether a failed keep-alive renewal ends the keep-alive: only when the handle has ended (lost,
+ * or released). Any other failure (a driver error, the connection inside a transaction block,
+ * a commit a synchronous standby did not confirm) is retried soon, for as long as the handle's
+ * deadline allows: the handle decides when it is lost, not its scheduler. @internal
+ */
+export function endsKeepAlive(error: unknown): boolean {
+  return (
+    error instanceof LeaseLostError ||
+    (error instanceof LeaseError && error.code === 'lease_released')
+  );
+}
+
 /** keepAlive.interval in milliseconds, undefined for the default (ttl / 3). @internal */
 export function keepAliveIntervalMs(options: KeepAliveOptions): number | undefined {
   if (options.interval === undefined) return undefined;
@@ -66,8 +79,7 @@ export class Keeper implements Scheduler {
   #nudge: AbortController | undefined;
 
   /**
-   * @param renew renews once; rejects with a {@link LeaseError} when the lease is gone (the
-   *   keeper then stops) and with anything else on a failure worth retrying.
+   * @param renew renews once; rejects when it could not (see {@link endsKeepAlive}).
    * @param ttlMs the ttl currently in force, read before every wait.
    */
   constructor(renew: () => Promise<unknown>, ttlMs: () => number, options: KeepAliveOptions) {
@@ -104,9 +116,7 @@ export class Keeper implements Scheduler {
         await this.#renew();
         this.#next = performance.now() + this.#period();
       } catch (error) {
-        if (error instanceof LeaseError) return;
-        // A transient failure (connection refused, server restarting, ...): try again soon, for
-        // as long as the handle's deadline allows; the handle gives up, not the keeper.
+        if (endsKeepAlive(error)) return;
         this.#next = performance.now() + Math.min(1_000, Math.max(10, this.#ttlMs() / 10));
       }
     }

@@ -360,6 +360,81 @@ describe('connections and transactions', () => {
     }
   });
 
+  /** A dedicated connection, ended after `fn`. */
+  async function onDedicated(fn: (connection: pg.Client) => Promise<void>): Promise<void> {
+    const connection = new pg.Client({ connectionString: db.url });
+    connection.on('error', () => undefined);
+    await connection.connect();
+    try {
+      await fn(connection);
+    } finally {
+      await connection.end();
+    }
+  }
+
+  /** Milliseconds the server still grants the key, by its own clock. */
+  async function serverRemainingMs(key: string): Promise<number> {
+    const { rows } = await db.pool.query<{ ms: number }>(
+      `SELECT extract(epoch FROM expires_at - clock_timestamp()) * 1000 AS ms
+         FROM lease.leases WHERE key = $1`,
+      [key],
+    );
+    return Number(rows[0]!.ms);
+  }
+
+  test('a renew that ran inside a fenced transaction rolled back does not move the deadline', async () => {
+    await onDedicated(async (connection) => {
+      const dedicated = new LeaseClient(connection);
+      const key = uniqueKey();
+      const lease = (await dedicated.acquire(key, { ttl: '3s' }))!;
+      // The fenced transaction's BEGIN is queued first; the renew passes the idle check and
+      // runs after it, inside the transaction, which the callback's error rolls back.
+      const fenced = dedicated.fenced(lease, () => {
+        throw new Error('the business write failed');
+      });
+      const renewed = lease.renew('10s').then(
+        () => 'renewed',
+        (error: unknown) => error,
+      );
+      await assert.rejects(fenced, /the business write failed/);
+      const outcome = await renewed;
+      const server = await serverRemainingMs(key);
+      // The handle never claims more than the server grants (allowing for this query's time).
+      assert.ok(
+        lease.remainingMs() <= server + 50,
+        `the handle says ${lease.remainingMs().toFixed(0)} ms, the server ${server.toFixed(0)} ms (${String(outcome)})`,
+      );
+      if (outcome !== 'renewed') {
+        assert.ok(
+          outcome instanceof LeaseError && outcome.code === 'in_transaction',
+          String(outcome),
+        );
+        assert.ok(server < 3_000, `${server} ms`);
+      }
+      await lease.release();
+    });
+  });
+
+  test('keep-alive on a dedicated client rides out a transaction block the application keeps open', async () => {
+    await onDedicated(async (connection) => {
+      const dedicated = new LeaseClient(connection);
+      const key = uniqueKey();
+      const lease = (await dedicated.acquire(key, {
+        ttl: '3s',
+        keepAlive: { interval: '300ms' },
+      }))!;
+      await connection.query('BEGIN');
+      await sleep(1_000); // several renewals meet the open transaction
+      await connection.query('COMMIT');
+      await sleep(3_500); // longer than the ttl: only renewals after the COMMIT keep it
+      assert.equal(lease.lost, undefined, String(lease.lost));
+      const state = await client.inspect(key);
+      assert.equal(state?.held, true);
+      assert.equal(state?.epoch, lease.epoch);
+      assert.equal(await lease.release(), 'ok');
+    });
+  });
+
   test("waiting acquires hold no pool connection but the shared listening one: the holder's calls go through", async () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 2 });
     pool.on('error', () => undefined);

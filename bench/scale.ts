@@ -528,11 +528,7 @@ async function capacityPhase(cluster: PgCluster, url: string): Promise<void> {
     : quick
       ? [10_000]
       : [10_000, 100_000, 1_000_000];
-  const runs: { leases: number; shared: boolean }[] = sizes.map((leases) => ({
-    leases,
-    shared: true,
-  }));
-  if (!quick && !values.leases) runs.push({ leases: 10_000, shared: false });
+  const runs = sizes.map((leases) => ({ leases }));
   const windowMs = quick ? 25_000 : 45_000;
   md.push(
     '## Capacity: live leases kept alive by one client (ttl 30 s, renewed every 10 s)',
@@ -542,7 +538,7 @@ async function capacityPhase(cluster: PgCluster, url: string): Promise<void> {
   );
   const results: unknown[] = [];
   for (const run of runs) {
-    log(`capacity: ${run.leases} leases, ${run.shared ? 'shared' : 'per-lease'} keep-alive`);
+    log(`capacity: ${run.leases} leases`);
     const sampler = new pg.Client({ connectionString: url });
     await sampler.connect();
     sampler.on('error', (error) =>
@@ -550,7 +546,7 @@ async function capacityPhase(cluster: PgCluster, url: string): Promise<void> {
     );
     const samplerPid = (await sampler.query<{ pid: number }>('SELECT pg_backend_pid() AS pid'))
       .rows[0]!.pid;
-    const prefix = `cap-${run.leases}-${run.shared ? 's' : 'p'}-`;
+    const prefix = `cap-${run.leases}-`;
     const keys = Array.from({ length: run.leases }, (_, i) => `${prefix}${i}`);
     let renewStatements = 0;
     const counting = new pg.Pool({
@@ -566,9 +562,8 @@ async function capacityPhase(cluster: PgCluster, url: string): Promise<void> {
       },
     });
     counting.on('error', () => undefined);
-    // coalesce only batches the releases at the end here (the keep-alive batches by itself);
-    // the per-handle arm goes without, so that its renewals stay single statements.
-    const client = new LeaseClient(counting, { sharedKeepAlive: run.shared, coalesce: run.shared });
+    // coalesce only batches the releases at the end here (the keep-alive batches by itself).
+    const client = new LeaseClient(counting, { coalesce: true });
     (globalThis as { gc?: () => void }).gc?.();
     const heapBefore = process.memoryUsage().heapUsed;
     const leases = (await client.acquireMany(keys, {
@@ -612,7 +607,7 @@ async function capacityPhase(cluster: PgCluster, url: string): Promise<void> {
     const lost = leases.filter((l) => l!.lost !== undefined).length;
     const row = {
       leases: run.leases,
-      keepAlive: run.shared ? 'shared (renew_many)' : 'per lease (renew)',
+      keepAlive: 'one schedule (renew_many)',
       serverCores: cores,
       serverCoresWithoutSampler: cores - samplerCores,
       walBytesPerSecond: walPerSecond,

@@ -86,12 +86,6 @@ export interface LeaseClientOptions extends WaitingOptions {
    */
   preparedStatements?: boolean;
   /**
-   * Keep-alive handles share one schedule per client, and the renewals due together go out as
-   * one `lease.renew_many` per owner and ttl. Default `true`; `false` gives every handle a
-   * timer and a renew statement of its own.
-   */
-  sharedKeepAlive?: boolean;
-  /**
    * Coalesce the calls made in the same tick of the event loop (acquires with `wait` 0, renews,
    * releases) into one `lease.acquire_many` / `renew_many` / `release_many` per owner and ttl:
    * N concurrent calls cost one statement and one commit. Each caller still gets exactly its
@@ -262,10 +256,8 @@ export class LeaseClient implements AsyncDisposable {
         this.#releaser
           ? this.#releaser.submit({ key, owner, epoch })
           : this.#release(key, owner, epoch),
+      scheduler: (renew, ttlMs, keepAlive) => this.#group.scheduler(renew, ttlMs, keepAlive),
     };
-    if (options.sharedKeepAlive ?? true)
-      this.#calls.scheduler = (renew, ttlMs, keepAlive) =>
-        this.#group.scheduler(renew, ttlMs, keepAlive);
     this.#waiting = new Waiting(this.#db, options);
   }
 

@@ -1,21 +1,23 @@
 /**
- * One keep-alive per LeaseClient: every live handle with keepAlive is renewed by a shared
- * schedule instead of a timer of its own, and the renewals due at one tick go out as one
- * lease.renew_many statement per owner and ttl (see Coalescer in batch.ts).
+ * The keep-alive scheduler, one per LeaseClient, for one handle and for a million alike: every
+ * live handle with keepAlive is renewed by one shared schedule instead of a timer of its own,
+ * and the renewals due at one tick go out as one lease.renew_many statement per owner and ttl
+ * (see Coalescer in batch.ts), or as the single call for one handle.
  *
  * Handles are grouped by their renewal interval (keepAlive.interval, or a third of the ttl);
  * each group has one timer, which ticks sixteen times per interval, and a timing wheel: every
  * member waits in the slot of the last tick before one interval has passed since its last
  * renewal, so it renews every 15/16 of an interval, never later than one interval after the
  * last renewal unless the timer is a whole tick late, and a tick touches only the members it
- * renews; a tick that renews anyone also takes the next tick's members, so members a tick boundary split renew
- * together again. A new member counts from when its grant's ttl started, and renews as soon as
- * it joins if its grant took that long to arrive. Handles that join within the same sixteenth of an
- * interval renew at the same ticks, so their renewals share statements. Like the per-handle
- * keeper, the group only schedules: each handle still decides for itself, from its own
- * monotonic deadline and the server's answer for its key, whether it is lost, and its own
- * signal fires. A failure that is not a loss (a driver error) is retried for that member
- * sooner, together with the others that failed.
+ * renews; a tick that renews anyone also takes the next tick's members, so members a tick
+ * boundary split renew together again. A new member counts from when its grant's ttl started,
+ * and renews as soon as it joins if its grant took that long to arrive. Handles that join
+ * within the same sixteenth of an interval renew at the same ticks, so their renewals share
+ * statements. As keeper.ts says, the group only schedules: each handle still decides for
+ * itself, from its own monotonic deadline and the server's answer for its key, whether it is
+ * lost, and its own signal fires. A failure that is not a loss (a driver error, a connection
+ * inside a transaction block) is retried for that member sooner, together with the others that
+ * failed.
  */
 import { performance } from 'node:perf_hooks';
 import {
@@ -40,7 +42,7 @@ export class KeepAliveGroup {
     this.#batcher = batcher;
   }
 
-  /** A scheduler for one handle (the shape of Keeper). */
+  /** A scheduler for one handle. */
   scheduler(
     renew: () => Promise<unknown>,
     ttlMs: () => number,

@@ -1,12 +1,12 @@
 /**
- * Auto-renew ("keep alive") for a lease handle.
+ * Keep-alive's options and rules, as the client's one scheduler (keep-alive-group.ts) and the
+ * handles (lease.ts) share them.
  *
- * The keeper only schedules: it calls the handle's renew on a period derived from the ttl, and
+ * A scheduler only schedules: it calls the handle's renew on a period derived from the ttl, and
  * again sooner after a failure. Deciding that the lease is lost is not its job: the handle does
- * that, on a non-ok status or when its own deadline passes, so a keeper that is slow, starved or
- * stuck behind a blocked renew can delay renewals but never stretch the lease.
+ * that, on a non-ok status or when its own deadline passes, so a scheduler that is slow, starved
+ * or stuck behind a blocked renew can delay renewals but never stretch the lease.
  */
-import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Duration } from './duration.js';
 import { LeaseError, LeaseLostError } from './errors.js';
@@ -33,7 +33,7 @@ export interface KeepAliveOptions {
 /** Longest delay Node's timers accept (about 24.8 days); longer waits are chained. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
-/** What schedules a handle's renewals: a {@link Keeper} of its own or the client's shared group. @internal */
+/** What schedules a handle's renewals (the client's keep-alive group gives each handle one). @internal */
 export interface Scheduler {
   /**
    * Starts renewing. `since` is the monotonic time the grant's ttl is reckoned from (the
@@ -66,65 +66,6 @@ export function endsKeepAlive(error: unknown): boolean {
 export function keepAliveIntervalMs(options: KeepAliveOptions): number | undefined {
   if (options.interval === undefined) return undefined;
   return optionMs('keepAlive.interval', options.interval, 'positive');
-}
-
-/** @internal */
-export class Keeper implements Scheduler {
-  readonly #renew: () => Promise<unknown>;
-  readonly #ttlMs: () => number;
-  readonly #intervalMs: number | undefined;
-  readonly #stop = new AbortController();
-  /** When the next renewal is due (monotonic ms), and the wait for it (stop and reschedule end it). */
-  #next = 0;
-  #nudge: AbortController | undefined;
-
-  /**
-   * @param renew renews once; rejects when it could not (see {@link endsKeepAlive}).
-   * @param ttlMs the ttl currently in force, read before every wait.
-   */
-  constructor(renew: () => Promise<unknown>, ttlMs: () => number, options: KeepAliveOptions) {
-    this.#renew = renew;
-    this.#ttlMs = ttlMs;
-    this.#intervalMs = keepAliveIntervalMs(options);
-  }
-
-  start(since: number): void {
-    this.#next = since + this.#period();
-    void this.#run();
-  }
-
-  reschedule(since: number): void {
-    this.#next = since + this.#period();
-    this.#nudge?.abort();
-  }
-
-  stop(): void {
-    this.#stop.abort();
-    this.#nudge?.abort();
-  }
-
-  async #run(): Promise<void> {
-    while (!this.#stop.signal.aborted) {
-      const nudge = new AbortController();
-      this.#nudge = nudge;
-      const delay = Math.max(0, this.#next - performance.now());
-      const slept = await sleepUntilStopped(delay, nudge.signal);
-      this.#nudge = undefined;
-      if (this.#stop.signal.aborted) return;
-      if (!slept) continue; // rescheduled: wait for the new time
-      try {
-        await this.#renew();
-        this.#next = performance.now() + this.#period();
-      } catch (error) {
-        if (endsKeepAlive(error)) return;
-        this.#next = performance.now() + Math.min(1_000, Math.max(10, this.#ttlMs() / 10));
-      }
-    }
-  }
-
-  #period(): number {
-    return this.#intervalMs ?? this.#ttlMs() / 3;
-  }
 }
 
 /**

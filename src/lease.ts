@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import type { Duration } from './duration.js';
 import { LeaseError, LeaseLostError, type LostStatus } from './errors.js';
 import { observed, publish } from './events.js';
-import { Keeper, MAX_TIMER_MS, type KeepAliveOptions, type Scheduler } from './keeper.js';
+import { MAX_TIMER_MS, type KeepAliveOptions, type Scheduler } from './keeper.js';
 import { validateInput } from './validation.js';
 
 /**
@@ -43,8 +43,8 @@ export interface RenewCall {
 export interface LeaseCalls {
   renew(key: string, owner: string, epoch: bigint, ttlMicroseconds: number): Promise<RenewCall>;
   release(key: string, owner: string, epoch: bigint): Promise<LeaseStatus>;
-  /** Schedules keep-alive renewals; default: a {@link Keeper} of the handle's own. */
-  scheduler?(
+  /** Schedules keep-alive renewals (the client's one keep-alive group). */
+  scheduler(
     renew: () => Promise<unknown>,
     ttlMs: () => number,
     options: KeepAliveOptions,
@@ -125,8 +125,7 @@ export class Lease implements AsyncDisposable {
     if (keepAlive && !this.#ended) {
       const renew = () => this.#renewSerialized();
       const ttlMs = () => this.#ttlMicroseconds / 1000;
-      this.#keeper =
-        calls.scheduler?.(renew, ttlMs, keepAlive) ?? new Keeper(renew, ttlMs, keepAlive);
+      this.#keeper = calls.scheduler(renew, ttlMs, keepAlive);
       this.#keeper.start(this.#deadline - this.#ttlMicroseconds / 1000);
     }
   }

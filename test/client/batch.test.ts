@@ -331,26 +331,6 @@ describe('shared keep-alive', () => {
       await pool.end();
     }
   });
-
-  test('with sharedKeepAlive false each handle renews with its own statement', async () => {
-    const { pool, sent } = recordingPool();
-    const client = new LeaseClient(pool, { sharedKeepAlive: false });
-    try {
-      const leases = (await client.acquireMany([uniqueKey('own'), uniqueKey('own')], {
-        ttl: '900ms',
-        owner: 'worker-own',
-        keepAlive: true,
-      })) as Lease[];
-      sent.length = 0;
-      await sleep(1_500);
-      const { single, batched } = renewsIn(sent);
-      assert.equal(batched, 0);
-      assert.ok(single >= 2, `single renews: ${single}`);
-      await Promise.all(leases.map((l) => l.release()));
-    } finally {
-      await pool.end();
-    }
-  });
 });
 
 describe('prepared statements', () => {

@@ -102,44 +102,40 @@ describe('keep-alive', () => {
     assert.equal(reason.status, 'lapsed');
   });
 
-  for (const shared of [true, false])
-    test(`a grant answered late renews at once, not an interval later (${shared ? 'shared keep-alive' : 'a keep-alive of its own'})`, async () => {
-      const key = uniqueKey();
-      const own = new LeaseClient(db.pool, { sharedKeepAlive: shared });
-      const blocker = await db.pool.connect();
-      try {
-        // The acquire waits on the row another transaction is inserting, then gets the key:
-        // its deadline counts from the send, so little of the 6 s ttl is left when it arrives.
-        await blocker.query('BEGIN');
-        await blocker.query("SELECT lease.acquire($1, 'blocker', '1 hour')", [key]);
-        const sentAt = performance.now();
-        const acquiring = own.acquire(key, { ttl: '6s', keepAlive: true });
-        await sleep(4_800);
-        await blocker.query('ROLLBACK');
-        const lease = (await acquiring)!;
-        assert.ok(lease.remainingMs() < 6_000 - (performance.now() - sentAt) + 100);
-        // An interval (6 s / 3) after the grant would be past the deadline.
-        await sleep(2_500);
-        assert.equal(lease.lost, undefined, String(lease.lost));
-        assert.ok(lease.remainingMs() > 1_000, `${lease.remainingMs()} ms left`);
-        assert.equal(await lease.release(), 'ok');
-      } finally {
-        await blocker.query('ROLLBACK');
-        blocker.release();
-      }
-    });
-
-  for (const shared of [true, false])
-    test(`a renew to a shorter ttl moves keep-alive to that ttl's interval (${shared ? 'shared keep-alive' : 'a keep-alive of its own'})`, async () => {
-      const own = new LeaseClient(db.pool, { sharedKeepAlive: shared });
-      const lease = (await own.acquire(uniqueKey(), { ttl: '3s', keepAlive: true }))!;
-      await sleep(100);
-      await lease.renew('600ms');
-      // On the 1 s interval of the 3 s ttl, the next renewal would come after the 600 ms lapsed.
-      await sleep(2_000);
+  test('a grant answered late renews at once, not an interval later', async () => {
+    const key = uniqueKey();
+    const blocker = await db.pool.connect();
+    try {
+      // The acquire waits on the row another transaction is inserting, then gets the key:
+      // its deadline counts from the send, so little of the 6 s ttl is left when it arrives.
+      await blocker.query('BEGIN');
+      await blocker.query("SELECT lease.acquire($1, 'blocker', '1 hour')", [key]);
+      const sentAt = performance.now();
+      const acquiring = client.acquire(key, { ttl: '6s', keepAlive: true });
+      await sleep(4_800);
+      await blocker.query('ROLLBACK');
+      const lease = (await acquiring)!;
+      assert.ok(lease.remainingMs() < 6_000 - (performance.now() - sentAt) + 100);
+      // An interval (6 s / 3) after the grant would be past the deadline.
+      await sleep(2_500);
       assert.equal(lease.lost, undefined, String(lease.lost));
+      assert.ok(lease.remainingMs() > 1_000, `${lease.remainingMs()} ms left`);
       assert.equal(await lease.release(), 'ok');
-    });
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+  });
+
+  test("a renew to a shorter ttl moves keep-alive to that ttl's interval", async () => {
+    const lease = (await client.acquire(uniqueKey(), { ttl: '3s', keepAlive: true }))!;
+    await sleep(100);
+    await lease.renew('600ms');
+    // On the 1 s interval of the 3 s ttl, the next renewal would come after the 600 ms lapsed.
+    await sleep(2_000);
+    assert.equal(lease.lost, undefined, String(lease.lost));
+    assert.equal(await lease.release(), 'ok');
+  });
 
   test('a keep-alive renewal queued behind a renew(ttl) renews with that new ttl, not the old one', async () => {
     const key = uniqueKey();

@@ -23,7 +23,8 @@ import {
   LeaseNotAcquiredError,
   LeaseTimeoutError,
   translateError,
-  unconfirmedCommit,
+  isUnconfirmedCommit,
+  unconfirmedMessage,
 } from './errors.js';
 import { observed, publish } from './events.js';
 import { fencedTransaction, type FencedOptions } from './fence.js';
@@ -807,20 +808,20 @@ async function runOutsideTransaction<R extends pg.QueryResultRow>(
         'transactions (use a pool, or call lease.* in SQL to make it part of yours)',
     );
   // A cancelled wait for the synchronous standbys still returns the rows, with a WARNING.
-  let unconfirmed: LeaseError | undefined;
-  const onNotice = (notice: { message?: string }) => {
-    unconfirmed ??= unconfirmedCommit(notice, key);
-  };
-  connection.on('notice', onNotice);
+  const notices = noticesOf(connection);
+  notices.unconfirmed = undefined;
   let rows: R[];
   try {
     rows = (await connection.query<R>(query)).rows;
   } catch (error) {
     throw translateError(error, key);
-  } finally {
-    connection.off('notice', onNotice);
   }
-  if (unconfirmed) throw unconfirmed;
+  const unconfirmed = notices.unconfirmed;
+  notices.unconfirmed = undefined;
+  if (unconfirmed)
+    throw new LeaseError('unconfirmed_commit', unconfirmedMessage(unconfirmed, key), {
+      cause: unconfirmed,
+    });
   // On a dedicated client, another query may have opened a transaction block between the check
   // above and this statement (a BEGIN queued ahead of it): the statement ran inside it, and a
   // rollback would undo it. Its answer is not counted; the connection's status after the
@@ -832,6 +833,34 @@ async function runOutsideTransaction<R extends pg.QueryResultRow>(
         'opened meanwhile; its result is not counted, since a rollback would undo it',
     );
   return rows;
+}
+
+/** What a connection's notices said during the client's statement on it (see noticesOf). */
+interface Notices {
+  /** The synchronous-commit WARNING of a cancelled wait for the standbys, if one came. */
+  unconfirmed: { message?: string } | undefined;
+}
+
+const NOTICES = new WeakMap<pg.ClientBase, Notices>();
+
+/**
+ * The notice record of a connection, with its one listener, made at the connection's first
+ * statement: a listener added and removed around every statement cost more than the statement's
+ * own decoding. Statements on a connection run one at a time, so what arrives between a
+ * statement's start and its answer is that statement's.
+ */
+function noticesOf(connection: pg.ClientBase): Notices {
+  let notices = NOTICES.get(connection);
+  if (!notices) {
+    const record: Notices = { unconfirmed: undefined };
+    connection.on('notice', (notice: { message?: string }) => {
+      if (record.unconfirmed === undefined && isUnconfirmedCommit(notice))
+        record.unconfirmed = notice;
+    });
+    NOTICES.set(connection, record);
+    notices = record;
+  }
+  return notices;
 }
 
 /** The `keepAlive` option as the handle takes it: `true` is the defaults, `false` none. */

@@ -356,21 +356,17 @@ function lostMessage(status: LostStatus, lease: { key: string; epoch: bigint }):
  */
 const UNCONFIRMED_COMMIT = /^canceling (the )?wait for synchronous replication/;
 
-/**
- * The error for a call whose reply came with PostgreSQL's "canceling wait for synchronous
- * replication" WARNING, or undefined for any other notice.
- */
-export function unconfirmedCommit(
-  notice: { message?: string },
-  key: string,
-): LeaseError | undefined {
-  if (!UNCONFIRMED_COMMIT.test(notice.message ?? '')) return undefined;
-  return new LeaseError(
-    'unconfirmed_commit',
+/** Whether a notice is PostgreSQL's "canceling wait for synchronous replication" WARNING. */
+export function isUnconfirmedCommit(notice: { message?: string }): boolean {
+  return UNCONFIRMED_COMMIT.test(notice.message ?? '');
+}
+
+/** The message of the `unconfirmed_commit` error for a call on `key` (see {@link isUnconfirmedCommit}). */
+export function unconfirmedMessage(notice: { message?: string }, key: string): string {
+  return (
     `pg_lease: the call on ${JSON.stringify(key)} committed on the primary, but its wait for the ` +
-      `synchronous standby was cancelled (${notice.message}): a failover may lose it, so it is ` +
-      'not counted as done',
-    { cause: notice },
+    `synchronous standby was cancelled (${notice.message}): a failover may lose it, so it is ` +
+    'not counted as done'
   );
 }
 

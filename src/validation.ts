@@ -130,8 +130,9 @@ function toEpoch(value: unknown, violations: string[]): bigint {
 }
 
 /** A duration checked by {@link checkDuration}: its length, or the rule it breaks. */
-export type CheckedDuration =
-  { violation: undefined; microseconds: number } | { violation: string; microseconds?: undefined };
+export type CheckedDuration = Readonly<
+  { violation: undefined; microseconds: number } | { violation: string; microseconds?: undefined }
+>;
 
 /** Text that is only a number, which PostgreSQL would read as seconds. */
 const UNITLESS = /^\s*[+-]?(?:\d+\.?\d*|\.\d+)\s*$/;
@@ -147,6 +148,27 @@ const UNITLESS = /^\s*[+-]?(?:\d+\.?\d*|\.\d+)\s*$/;
  * // 'ttl "30" has no unit: write 30s, 30ms or 30min'
  */
 export function checkDuration(
+  name: string,
+  value: Duration | undefined,
+  rule: 'positive' | 'non-negative',
+): CheckedDuration {
+  // Most programs pass the same few texts ('30s') on every call: reading one once is enough.
+  if (typeof value !== 'string') return checkDurationOnce(name, value, rule);
+  const cacheKey = `${rule}\u0000${name}\u0000${value}`;
+  let checked = CHECKED_TEXT.get(cacheKey);
+  if (checked === undefined) {
+    if (CHECKED_TEXT.size >= CHECKED_TEXT_LIMIT) CHECKED_TEXT.clear();
+    checked = checkDurationOnce(name, value, rule);
+    CHECKED_TEXT.set(cacheKey, checked);
+  }
+  return checked;
+}
+
+/** Duration texts already checked, by rule, name and text; cleared when it fills up. */
+const CHECKED_TEXT = new Map<string, CheckedDuration>();
+const CHECKED_TEXT_LIMIT = 256;
+
+function checkDurationOnce(
   name: string,
   value: Duration | undefined,
   rule: 'positive' | 'non-negative',

@@ -21,6 +21,7 @@ import { performance } from 'node:perf_hooks';
 import { LeaseError } from './errors.js';
 import {
   keepAliveIntervalMs,
+  keepAlivePeriodMs,
   sleepUntilStopped,
   type KeepAliveOptions,
   type Scheduler,
@@ -88,7 +89,7 @@ class Member implements Scheduler {
   ) {}
 
   period(): number {
-    return this.intervalMs ?? this.ttlMs() / 3;
+    return keepAlivePeriodMs(this.intervalMs, this.ttlMs());
   }
 
   start(since: number): void {

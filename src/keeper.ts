@@ -57,6 +57,15 @@ export function keepAliveIntervalMs(options: KeepAliveOptions): number | undefin
   return micros / 1000;
 }
 
+/**
+ * The time between keep-alive renewals: `keepAlive.interval` (see {@link keepAliveIntervalMs}),
+ * else a third of the ttl in force. The one rule for every scheduler, and for the client's
+ * judgement of when a grant that arrived late is already due for renewal. @internal
+ */
+export function keepAlivePeriodMs(intervalMs: number | undefined, ttlMs: number): number {
+  return intervalMs ?? ttlMs / 3;
+}
+
 /** @internal */
 export class Keeper implements Scheduler {
   readonly #renew: () => Promise<unknown>;
@@ -115,7 +124,7 @@ export class Keeper implements Scheduler {
   }
 
   #period(): number {
-    return this.#intervalMs ?? this.#ttlMs() / 3;
+    return keepAlivePeriodMs(this.#intervalMs, this.#ttlMs());
   }
 }
 

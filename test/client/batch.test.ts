@@ -8,7 +8,13 @@ import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { LeaseClient, LeaseLostError, type Lease } from '../../src/index.js';
+import {
+  LeaseClient,
+  LeaseLostError,
+  subscribeLeaseEvents,
+  type AcquireLateEvent,
+  type Lease,
+} from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
@@ -154,6 +160,172 @@ describe('acquireMany', () => {
       name: 'LeaseInvalidInputError',
     });
     assert.equal(await client.inspect(key), null);
+  });
+});
+
+describe('acquireMany answered late', () => {
+  /**
+   * `count` keys whose byte order is their order here; `blocker` inserts the one at `blocked`
+   * (default: the last) in an open transaction, so acquire_many grants the keys before it,
+   * then waits for it, then grants the rest. The blocked key's grant counts from the clock
+   * reading its acquire made before the wait (SEMANTICS §4 batches).
+   */
+  async function keyBlocked(prefix: string, count: number, blocked = count - 1) {
+    const base = uniqueKey(prefix);
+    const keys = Array.from({ length: count }, (_, i) => `${base}-${String(i).padStart(3, '0')}`);
+    const blocker = await db.pool.connect();
+    await blocker.query('BEGIN');
+    await blocker.query("SELECT lease.acquire($1, 'blocker', '1 hour')", [keys[blocked]]);
+    return { keys, blocker };
+  }
+
+  const waitingForTheBlocker = () =>
+    waitFor('acquire_many waits for the blocker’s row', async () => {
+      const { rows } = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'
+            AND query LIKE '%lease.acquire_many(%'`,
+      );
+      return rows[0]!.n > 0;
+    });
+
+  /** Records acquireLate events of `owner`, and whether the call had resolved when each came. */
+  function lateEvents(owner: string) {
+    const seen: { event: AcquireLateEvent; afterReturn: boolean }[] = [];
+    let returned = false;
+    const stop = subscribeLeaseEvents({
+      acquireLate: (event) => {
+        if (event.owner === owner) seen.push({ event, afterReturn: returned });
+      },
+    });
+    return {
+      seen,
+      returned: () => {
+        returned = true;
+        stop();
+      },
+    };
+  }
+
+  const heldBy = async (owner: string, keys: string[]) =>
+    (
+      await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM lease.leases
+          WHERE key = ANY($1) AND owner = $2 AND expires_at > clock_timestamp()`,
+        [keys, owner],
+      )
+    ).rows[0]!.n;
+
+  test('a grant that ran out before the answer arrived is not handed back: null, released, and the caller is told', async () => {
+    const client = new LeaseClient(db.pool);
+    const owner = `late-${uniqueKey('o')}`;
+    const { keys, blocker } = await keyBlocked('late', 20);
+    const late = lateEvents(owner);
+    try {
+      const acquiring = client.acquireMany(keys, { ttl: '1s', owner });
+      await waitingForTheBlocker();
+      // The first grants' 1 s ttl runs out more than twice over while the statement waits.
+      await sleep(2_500);
+      await blocker.query('ROLLBACK');
+      const leases = await acquiring;
+      late.returned();
+      const lost = leases.filter((lease) => lease?.lost);
+      assert.equal(lost.length, 0, `handed back lost: ${String(lost[0]?.lost)}`);
+      // Every handle of the statement counts from its earliest grant, which ran out.
+      assert.deepEqual(leases, Array(20).fill(null));
+      assert.equal(late.seen.length, 1, 'one acquireLate event');
+      const { event, afterReturn } = late.seen[0]!;
+      assert.equal(afterReturn, false, 'told before the call returned');
+      assert.equal(event.renewed, false);
+      assert.ok(event.remainingMs <= 0, `remainingMs ${event.remainingMs}`);
+      assert.deepEqual([...event.expired].sort(), keys);
+      // Nothing is left held: whatever the server still listed was released.
+      assert.equal(await heldBy(owner, keys), 0);
+      assert.equal((await client.inspect(keys[19]!))?.held, false);
+    } finally {
+      late.returned();
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+    }
+  });
+
+  test('with keepAlive, grants at risk are renewed before the call returns, and the caller is told', async () => {
+    const client = new LeaseClient(db.pool);
+    const owner = `risk-${uniqueKey('o')}`;
+    const { keys, blocker } = await keyBlocked('risk', 20);
+    const late = lateEvents(owner);
+    let leases: (Lease | null)[] = [];
+    try {
+      const acquiring = client.acquireMany(keys, { ttl: '6s', owner, keepAlive: true });
+      await waitingForTheBlocker();
+      // Over half of the first grants' ttl passes: their keep-alive renewal (a third) is due.
+      await sleep(3_500);
+      await blocker.query('ROLLBACK');
+      leases = await acquiring;
+      late.returned();
+      assert.equal(late.seen.length, 1, 'one acquireLate event');
+      const { event, afterReturn } = late.seen[0]!;
+      assert.equal(afterReturn, false, 'told before the call returned');
+      assert.equal(event.renewed, true);
+      assert.ok(event.remainingMs < 4_000, `remainingMs ${event.remainingMs}`);
+      assert.deepEqual(event.expired, []);
+      for (const lease of leases) {
+        assert.ok(lease, 'every key granted');
+        assert.equal(lease.lost, undefined, String(lease.lost));
+        // Renewed from a fresh send: more is left now than the statement's grants had.
+        assert.ok(lease.remainingMs() > event.remainingMs, `${lease.remainingMs()} ms left`);
+      }
+      assert.equal(await heldBy(owner, keys), 20);
+    } finally {
+      late.returned();
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+      await Promise.all(leases.map((lease) => lease?.release()));
+    }
+  });
+
+  test('with keepAlive, the renewal before the call returns finds which grants ran out: those are null, the rest held', async () => {
+    const client = new LeaseClient(db.pool);
+    const owner = `lapsed-${uniqueKey('o')}`;
+    const { keys, blocker } = await keyBlocked('lapsed', 20, 9);
+    const late = lateEvents(owner);
+    let leases: (Lease | null)[] = [];
+    try {
+      const acquiring = client.acquireMany(keys, { ttl: '2s', owner, keepAlive: true });
+      await waitingForTheBlocker();
+      // The first ten grants run out on the server; the last ten are granted after the wait.
+      await sleep(4_500);
+      await blocker.query('ROLLBACK');
+      leases = await acquiring;
+      late.returned();
+      const lost = leases.filter((lease) => lease?.lost);
+      assert.equal(lost.length, 0, `handed back lost: ${String(lost[0]?.lost)}`);
+      assert.deepEqual(
+        leases.map((lease) => lease?.key ?? null),
+        [...Array(10).fill(null), ...keys.slice(10)],
+      );
+      const { event, afterReturn } = late.seen[0]!;
+      assert.equal(afterReturn, false, 'told before the call returned');
+      assert.equal(event.renewed, true);
+      assert.deepEqual([...event.expired].sort(), keys.slice(0, 10));
+      assert.equal(await heldBy(owner, keys), 10);
+    } finally {
+      late.returned();
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+      await Promise.all(leases.map((lease) => lease?.release()));
+    }
+  });
+
+  test('an answer in good time publishes no acquireLate event', async () => {
+    const client = new LeaseClient(db.pool);
+    const owner = `prompt-${uniqueKey('o')}`;
+    const late = lateEvents(owner);
+    const keys = Array.from({ length: 5 }, () => uniqueKey('prompt'));
+    const leases = await client.acquireMany(keys, { ttl: '1 min', owner, keepAlive: true });
+    late.returned();
+    assert.equal(late.seen.length, 0);
+    await Promise.all(leases.map((lease) => lease?.release()));
   });
 });
 

@@ -20,6 +20,7 @@ import {
 import {
   LeaseAbortedError,
   LeaseError,
+  LeaseInvalidInputError,
   LeaseNotAcquiredError,
   LeaseTimeoutError,
   translateError,
@@ -414,6 +415,54 @@ export class LeaseClient implements AsyncDisposable {
       throw error;
     }
     return leases;
+  }
+
+  /**
+   * Releases many handles of this client, stopping their keep-alive and aborting their `signal`
+   * first, with one `lease.release_many` statement per owner and 10000 handles (a handle whose
+   * key another handle of the call also names goes into another statement; a group of one is
+   * the single call). Resolves with each handle's status, in the order given, as its own
+   * `release()` would: a handle already released answers what its release answered, without
+   * a statement; a lost one is released too, in case the server still lists it, and answers
+   * why it was gone (`lapsed`, `not_owner`, `epoch_mismatch`).
+   *
+   * Anything but a handle of this client, or a handle given twice, is
+   * {@link LeaseInvalidInputError} before anything is stopped or sent. If a statement fails,
+   * the call rejects with its error once every statement has answered: the handles of that
+   * statement are left unreleased (their keep-alive already stopped; `release()` retries), the
+   * others are released.
+   *
+   * @example
+   * const leases = await client.acquireMany(shards, { ttl: '30s', owner: 'worker-7', keepAlive: true });
+   * const held = leases.filter((lease) => lease !== null);
+   * // ... work ...
+   * const statuses = await client.releaseMany(held); // ['ok', 'ok', ...]
+   */
+  async releaseMany(leases: readonly Lease[]): Promise<LeaseStatus[]> {
+    if (!Array.isArray(leases))
+      throw new LeaseInvalidInputError('leases must be an array of lease handles');
+    const foreign: number[] = [];
+    const repeated: string[] = [];
+    const first = new Map<Lease, number>();
+    leases.forEach((lease, i) => {
+      if (!Lease.madeWith(lease, this.#calls)) foreign.push(i);
+      else if (first.has(lease)) repeated.push(`leases[${i}] repeats leases[${first.get(lease)}]`);
+      else first.set(lease, i);
+    });
+    const violations = [
+      ...violation(
+        'each entry must be a lease handle of this client',
+        foreign.map((i) => `leases[${i}]`),
+      ),
+      ...violation('leases must be distinct', repeated),
+    ];
+    if (violations.length > 0) throw new LeaseInvalidInputError(violations.join('; '));
+    const settled = await Promise.allSettled(
+      this.#releasesTogether(() => leases.map((lease) => lease.release())),
+    );
+    const failure = settled.find((result) => result.status === 'rejected');
+    if (failure) throw failure.reason;
+    return settled.map((result) => (result as PromiseFulfilledResult<LeaseStatus>).value);
   }
 
   /**
@@ -951,6 +1000,16 @@ async function runOutsideTransaction<R extends pg.QueryResultRow>(
   }
   if (unconfirmed) throw unconfirmed;
   return rows;
+}
+
+/**
+ * One rule's violation for {@link LeaseInvalidInputError}, naming at most ten entries as the
+ * server does (`and N more`); none when nothing violates it.
+ */
+function violation(rule: string, entries: string[]): string[] {
+  if (entries.length === 0) return [];
+  const more = entries.length > 10 ? ` and ${entries.length - 10} more` : '';
+  return [`${rule}: ${entries.slice(0, 10).join(', ')}${more}`];
 }
 
 /** The `keepAlive` option as the handle takes it: `true` is the defaults, `false` none. */

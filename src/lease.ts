@@ -66,7 +66,8 @@ export interface Grant {
  * A held lease. Act on the resource only while `signal` is not aborted, and pass `epoch` to
  * every fenced write so that a resource can reject a stale holder.
  *
- * Handles come from {@link LeaseClient.acquire} and {@link LeaseClient.withLease}.
+ * Handles come from {@link LeaseClient.acquire}, {@link LeaseClient.acquireMany} and
+ * {@link LeaseClient.withLease}; {@link LeaseClient.releaseMany} releases many in one statement.
  *
  * @example
  * import { LeaseClient } from 'pg-lease';
@@ -129,6 +130,11 @@ export class Lease implements AsyncDisposable {
         calls.scheduler?.(renew, ttlMs, keepAlive) ?? new Keeper(renew, ttlMs, keepAlive);
       this.#keeper.start(this.#deadline - this.#ttlMicroseconds / 1000);
     }
+  }
+
+  /** @internal Whether `value` is a handle made with `calls` (one client's calls). */
+  static madeWith(value: unknown, calls: LeaseCalls): value is Lease {
+    return typeof value === 'object' && value !== null && #calls in value && value.#calls === calls;
   }
 
   /**

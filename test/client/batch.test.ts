@@ -15,6 +15,7 @@ import {
   type AcquireLateEvent,
   type Lease,
 } from '../../src/index.js';
+import { MAX_BATCH_KEYS } from '../../src/statements.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
@@ -326,6 +327,151 @@ describe('acquireMany answered late', () => {
     late.returned();
     assert.equal(late.seen.length, 0);
     await Promise.all(leases.map((lease) => lease?.release()));
+  });
+});
+
+describe('releaseMany', () => {
+  const statementsIn = (sent: string[]) => ({
+    batched: sent.filter((t) => t.includes('lease.release_many(')).length,
+    single: sent.filter((t) => t.includes('lease.release(')).length,
+  });
+
+  test('more handles than one statement takes: one release_many per chunk, every status in order', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool);
+    try {
+      const keys = Array.from({ length: MAX_BATCH_KEYS + 5 }, () => uniqueKey('rm'));
+      const leases = (await client.acquireMany(keys, {
+        ttl: '1 min',
+        owner: 'worker-rm',
+        keepAlive: true,
+      })) as Lease[];
+      sent.length = 0;
+      const statuses = await client.releaseMany(leases);
+      assert.equal(statuses.length, keys.length);
+      assert.ok(
+        statuses.every((status) => status === 'ok'),
+        String(statuses.find((s) => s !== 'ok')),
+      );
+      assert.deepEqual(statementsIn(sent), { batched: 2, single: 0 });
+      for (const lease of [leases[0]!, leases.at(-1)!])
+        assert.equal((lease.signal.reason as { code?: string }).code, 'lease_released');
+      const { rows } = await db.pool.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM lease.leases WHERE key = ANY($1) AND owner IS NOT NULL',
+        [keys],
+      );
+      assert.equal(rows[0]!.n, 0);
+      // Released already: the handle answers its release again without a statement.
+      sent.length = 0;
+      assert.equal(await leases[7]!.release(), 'ok');
+      assert.deepEqual(statementsIn(sent), { batched: 0, single: 0 });
+    } finally {
+      await pool.end();
+    }
+  });
+
+  test('mixed owners, lost and released handles: one statement per owner, each handle’s own answer, keep-alive stopped', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool);
+    try {
+      const keepAlive = { interval: '200ms' };
+      const [a1, a2, a3, stolen] = (await client.acquireMany(
+        Array.from({ length: 4 }, () => uniqueKey('mix-a')),
+        { ttl: '1 min', owner: 'owner-a', keepAlive },
+      )) as Lease[];
+      const [b1, b2, released] = (await client.acquireMany(
+        Array.from({ length: 3 }, () => uniqueKey('mix-b')),
+        { ttl: '1 min', owner: 'owner-b', keepAlive },
+      )) as Lease[];
+      assert.equal(await released!.release(), 'ok');
+      // Lapsed: a 200 ms grant without keep-alive, well past its expiry.
+      const lapsed = (await client.acquire(uniqueKey('mix-a'), {
+        ttl: '200ms',
+        owner: 'owner-a',
+      }))!;
+      await abortReason(lapsed.signal);
+      await sleep(400);
+      // Taken over: released behind the handle's back and granted to someone else.
+      await db.pool.query('SELECT lease.release($1, $2, $3)', [
+        stolen!.key,
+        stolen!.owner,
+        stolen!.epoch.toString(),
+      ]);
+      await db.pool.query("SELECT lease.acquire($1, 'thief', '1 min')", [stolen!.key]);
+
+      sent.length = 0;
+      const statuses = await client.releaseMany([
+        a1!,
+        b1!,
+        lapsed,
+        a2!,
+        released!,
+        b2!,
+        stolen!,
+        a3!,
+      ]);
+      assert.deepEqual(statuses, ['ok', 'ok', 'lapsed', 'ok', 'ok', 'ok', 'not_owner', 'ok']);
+      // owner-a: a1, lapsed, a2, stolen, a3; owner-b: b1, b2 (released sends nothing again).
+      assert.deepEqual(statementsIn(sent), { batched: 2, single: 0 });
+      sent.length = 0;
+      await sleep(700); // several keep-alive intervals
+      assert.equal(sent.filter((t) => /lease\.renew/.test(t)).length, 0, 'keep-alive stopped');
+      assert.equal((await client.inspect(stolen!.key))?.owner, 'thief');
+    } finally {
+      await pool.end();
+    }
+  });
+
+  test('a handle of another client, a repeated handle or a non-handle is invalid input and changes nothing', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool);
+    const other = new LeaseClient(db.pool);
+    try {
+      const [mine, alsoMine] = (await client.acquireMany([uniqueKey('bad'), uniqueKey('bad')], {
+        ttl: '1 min',
+        owner: 'worker-bad',
+        keepAlive: true,
+      })) as Lease[];
+      const theirs = (await other.acquire(uniqueKey('bad'), { ttl: '1 min' }))!;
+      sent.length = 0;
+      await assert.rejects(client.releaseMany([mine!, theirs]), {
+        name: 'LeaseInvalidInputError',
+        detail: 'each entry must be a lease handle of this client: leases[1]',
+      });
+      await assert.rejects(client.releaseMany([mine!, alsoMine!, mine!]), {
+        name: 'LeaseInvalidInputError',
+        detail: 'leases must be distinct: leases[2] repeats leases[0]',
+      });
+      await assert.rejects(
+        client.releaseMany([
+          mine!,
+          { key: mine!.key } as unknown as Lease,
+          null as unknown as Lease,
+        ]),
+        {
+          name: 'LeaseInvalidInputError',
+          detail: 'each entry must be a lease handle of this client: leases[1], leases[2]',
+        },
+      );
+      assert.deepEqual(sent, [], 'nothing sent');
+      for (const lease of [mine!, alsoMine!, theirs]) {
+        assert.equal(lease.signal.aborted, false);
+        assert.equal(
+          (
+            await db.pool.query(
+              'SELECT 1 FROM lease.leases WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()',
+              [lease.key, lease.owner],
+            )
+          ).rowCount,
+          1,
+        );
+      }
+      assert.deepEqual(await client.releaseMany([]), []);
+      assert.deepEqual(await client.releaseMany([alsoMine!, mine!]), ['ok', 'ok']);
+      assert.equal(await theirs.release(), 'ok');
+    } finally {
+      await pool.end();
+    }
   });
 });
 

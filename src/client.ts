@@ -20,6 +20,7 @@ import {
 import {
   LeaseAbortedError,
   LeaseError,
+  LeaseInvalidInputError,
   LeaseNotAcquiredError,
   LeaseTimeoutError,
   translateError,
@@ -29,8 +30,15 @@ import {
 import { observed, publish } from './events.js';
 import { fencedTransaction, type FencedOptions } from './fence.js';
 import { KeepAliveGroup } from './keep-alive-group.js';
-import type { KeepAliveOptions } from './keeper.js';
-import { Lease, type LeaseCalls, type LeaseStatus, type RenewCall } from './lease.js';
+import { keepAliveIntervalMs, keepAlivePeriodMs, type KeepAliveOptions } from './keeper.js';
+import {
+  deadlineOf,
+  deadlinePassed,
+  Lease,
+  type LeaseCalls,
+  type LeaseStatus,
+  type RenewCall,
+} from './lease.js';
 import {
   listLeases,
   purgeLeases,
@@ -196,7 +204,7 @@ export class LeaseClient implements AsyncDisposable {
   readonly #owner: string | undefined;
   #prepared: boolean;
   readonly #renewer: Coalescer<RenewItem, RenewCall>;
-  readonly #releaser: Coalescer<ReleaseItem, LeaseStatus> | undefined;
+  readonly #releaser: Coalescer<ReleaseItem, LeaseStatus>;
   readonly #acquirer: Coalescer<AcquireItem, AcquiredRow> | undefined;
   readonly #group: KeepAliveGroup;
   readonly #calls: LeaseCalls;
@@ -229,13 +237,14 @@ export class LeaseClient implements AsyncDisposable {
       (items) => renewMany(run, items),
       coalesce,
     );
+    // Without `coalesce` a release goes out at once, unless releaseMany holds the releaser open.
+    this.#releaser = new Coalescer<ReleaseItem, LeaseStatus>(
+      byOwnerAndTtl,
+      (i) => this.#release(i.key, i.owner, i.epoch),
+      (items) => releaseMany(run, items),
+      coalesce,
+    );
     if (coalesce) {
-      this.#releaser = new Coalescer<ReleaseItem, LeaseStatus>(
-        byOwnerAndTtl,
-        (i) => this.#release(i.key, i.owner, i.epoch),
-        (items) => releaseMany(run, items),
-        true,
-      );
       this.#acquirer = new Coalescer<AcquireItem, AcquiredRow>(
         byOwnerAndTtl,
         (i) => this.#acquireOne(i.key, i.owner, i.ttlMicroseconds),
@@ -253,10 +262,7 @@ export class LeaseClient implements AsyncDisposable {
     this.#calls = {
       renew: (key, owner, epoch, ttlMicroseconds) =>
         this.#renewer.submit({ key, owner, epoch, ttlMicroseconds }),
-      release: (key, owner, epoch) =>
-        this.#releaser
-          ? this.#releaser.submit({ key, owner, epoch })
-          : this.#release(key, owner, epoch),
+      release: (key, owner, epoch) => this.#releaser.submit({ key, owner, epoch }),
       scheduler: (renew, ttlMs, keepAlive) => this.#group.scheduler(renew, ttlMs, keepAlive),
     };
     this.#waiting = new Waiting(this.#db, options);
@@ -355,6 +361,13 @@ export class LeaseClient implements AsyncDisposable {
    * soon as it answers, so that a call taking longer than the ttl does not lose its first keys.
    * If a statement fails, the keys granted before it are released and the error is thrown.
    *
+   * A statement that answers late (its grants' first keep-alive renewal already due, a third
+   * of the ttl by default: a lock wait, a slow server, many keys) is reported before the call
+   * returns with an `acquireLate` event (`AcquireLateEvent`). With `keepAlive` its grants are
+   * renewed first, in one statement. A grant that has run out by then is never handed out as
+   * a lost handle: its entry is `null` (event `notAcquired` with reason `expired`) and it is
+   * released.
+   *
    * @example
    * const shards = ['shard-0', 'shard-1', 'shard-2'];
    * const leases = await client.acquireMany(shards, { ttl: '30s', owner: 'worker-7', keepAlive: true });
@@ -383,21 +396,177 @@ export class LeaseClient implements AsyncDisposable {
           owner,
           ttlMicroseconds,
         );
-        for (const row of rows) leases.push(this.#handleOf(row, owner, ttlMicroseconds, keepAlive));
+        const handles = await this.#handlesOf(rows, owner, ttlMicroseconds, keepAlive);
+        for (const lease of handles) leases.push(lease);
       }
     } catch (error) {
-      await Promise.all(leases.map((lease) => lease?.release().catch(() => undefined)));
+      await Promise.all(
+        this.#releasesTogether(() =>
+          leases.map((lease) => lease?.release().catch(() => undefined)),
+        ),
+      );
       throw error;
     }
     return leases;
   }
 
-  /** The handle of one key of acquire_many (null when denied), with acquire's events. */
+  /**
+   * Releases many handles of this client, stopping their keep-alive and aborting their `signal`
+   * first, with one `lease.release_many` statement per owner and 10000 handles (a handle whose
+   * key another handle of the call also names goes into another statement; a group of one is
+   * the single call). Resolves with each handle's status, in the order given, as its own
+   * `release()` would: a handle already released answers what its release answered, without
+   * a statement; a lost one is released too, in case the server still lists it, and answers
+   * why it was gone (`lapsed`, `not_owner`, `epoch_mismatch`).
+   *
+   * Anything but a handle of this client, or a handle given twice, is
+   * {@link LeaseInvalidInputError} before anything is stopped or sent. If a statement fails,
+   * the call rejects with its error once every statement has answered: the handles of that
+   * statement are left unreleased (their keep-alive already stopped; `release()` retries), the
+   * others are released.
+   *
+   * @example
+   * const leases = await client.acquireMany(shards, { ttl: '30s', owner: 'worker-7', keepAlive: true });
+   * const held = leases.filter((lease) => lease !== null);
+   * // ... work ...
+   * const statuses = await client.releaseMany(held); // ['ok', 'ok', ...]
+   */
+  async releaseMany(leases: readonly Lease[]): Promise<LeaseStatus[]> {
+    if (!Array.isArray(leases))
+      throw new LeaseInvalidInputError('leases must be an array of lease handles');
+    const foreign: number[] = [];
+    const repeated: string[] = [];
+    const first = new Map<Lease, number>();
+    leases.forEach((lease, i) => {
+      if (!Lease.madeWith(lease, this.#calls)) foreign.push(i);
+      else if (first.has(lease)) repeated.push(`leases[${i}] repeats leases[${first.get(lease)}]`);
+      else first.set(lease, i);
+    });
+    const violations = [
+      ...violation(
+        'each entry must be a lease handle of this client',
+        foreign.map((i) => `leases[${i}]`),
+      ),
+      ...violation('leases must be distinct', repeated),
+    ];
+    if (violations.length > 0) throw new LeaseInvalidInputError(violations.join('; '));
+    const settled = await Promise.allSettled(
+      this.#releasesTogether(() => leases.map((lease) => lease.release())),
+    );
+    const failure = settled.find((result) => result.status === 'rejected');
+    if (failure) throw failure.reason;
+    return settled.map((result) => (result as PromiseFulfilledResult<LeaseStatus>).value);
+  }
+
+  /**
+   * Runs `release` with the releaser held open: the releases it makes go out together when it
+   * returns, one `lease.release_many` per owner (see {@link Coalescer}).
+   */
+  #releasesTogether<T>(release: () => T): T {
+    const close = this.#releaser.hold();
+    try {
+      return release();
+    } finally {
+      close();
+    }
+  }
+
+  /**
+   * The handles of one acquire_many statement's rows, in order (`null` where not granted). If
+   * the answer came late, by the keep-alive's own rule (its first renewal already due), the
+   * caller is told (`acquireLate`) and keep-alive grants are renewed before their handles are
+   * made; a grant that has run out by then is released and reported `null`, never handed out
+   * lost.
+   */
+  async #handlesOf(
+    rows: AcquiredRow[],
+    owner: string,
+    ttlMicroseconds: number,
+    keepAlive: KeepAliveOptions | undefined,
+  ): Promise<(Lease | null)[]> {
+    const receivedAt = performance.now();
+    const make = (row: AcquiredRow, renewal?: RenewCall) =>
+      this.#handleOf(row, owner, ttlMicroseconds, keepAlive, renewal);
+    // Every grant of one statement has the same deadline (see leastRemainingMs); its ttl counts
+    // from one ttl before it, as the keep-alive reckons.
+    const granted = rows.find((row) => row.acquired);
+    const ttlMs = ttlMicroseconds / 1000;
+    const remainingMs = granted ? deadlineOf(granted) - receivedAt : ttlMs;
+    const periodMs = keepAlivePeriodMs(keepAlive && keepAliveIntervalMs(keepAlive), ttlMs);
+    if (ttlMs - remainingMs < periodMs) return rows.map((row) => make(row));
+
+    const renewals = keepAlive ? await this.#renewGrants(rows, owner, ttlMicroseconds) : undefined;
+    const expired: string[] = [];
+    const giveBack: ReleaseItem[] = [];
+    const leases = rows.map((row, i) => {
+      const renewal = renewals?.[i];
+      const refused = renewal !== undefined && renewal.status !== 'ok';
+      if (!row.acquired || (!refused && !deadlinePassed(deadlineOf(renewal ?? row))))
+        return make(row, renewal);
+      expired.push(row.key);
+      // A grant whose renewal the server refused is gone; any other may still be listed.
+      if (!refused) giveBack.push({ key: row.key, owner, epoch: row.epoch! });
+      if (observed('notAcquired'))
+        publish('notAcquired', {
+          key: row.key,
+          owner,
+          reason: 'expired',
+          waitedMs: receivedAt - row.sentAt,
+        });
+      return null;
+    });
+    if (observed('acquireLate'))
+      publish('acquireLate', {
+        owner,
+        keys: rows.map((row) => row.key),
+        ttlMs,
+        waitedMs: receivedAt - rows[0]!.sentAt,
+        remainingMs,
+        renewed: renewals !== undefined,
+        expired,
+      });
+    // Best effort: a grant not given back lapses at its expiry anyway.
+    await Promise.all(
+      this.#releasesTogether(() =>
+        giveBack.map((item) => this.#releaser.submit(item).catch(() => undefined)),
+      ),
+    );
+    return leases;
+  }
+
+  /**
+   * Renews one acquire_many statement's grants at once, with one renew_many from a fresh send:
+   * each row's renewal (`undefined` where not granted), or `undefined` when the renewal failed
+   * (the grants then keep the acquire's deadline).
+   */
+  async #renewGrants(
+    rows: AcquiredRow[],
+    owner: string,
+    ttlMicroseconds: number,
+  ): Promise<(RenewCall | undefined)[] | undefined> {
+    const items = rows
+      .filter((row) => row.acquired)
+      .map((row) => ({ key: row.key, owner, epoch: row.epoch!, ttlMicroseconds }));
+    let calls: RenewCall[];
+    try {
+      calls = await renewMany(this.#run, items);
+    } catch {
+      return undefined;
+    }
+    let next = 0;
+    return rows.map((row) => (row.acquired ? calls[next++] : undefined));
+  }
+
+  /**
+   * The handle of one key of acquire_many (null when denied), with acquire's events; its
+   * deadline and expiry come from `renewal` when the grant was renewed before it was made.
+   */
   #handleOf(
     row: AcquiredRow,
     owner: string,
     ttlMicroseconds: number,
     keepAlive: KeepAliveOptions | undefined,
+    renewal?: RenewCall,
   ): Lease | null {
     const waitedMs = performance.now() - row.sentAt;
     if (!row.acquired) {
@@ -405,13 +574,14 @@ export class LeaseClient implements AsyncDisposable {
         publish('notAcquired', { key: row.key, owner, reason: 'held', waitedMs });
       return null;
     }
+    const answer = renewal ?? row;
     const grant = {
       key: row.key,
       owner,
       epoch: row.epoch!,
-      expiresAt: row.expiresAt!,
+      expiresAt: answer.expiresAt!,
       ttlMicroseconds,
-      deadline: row.sentAt + row.remainingMs!,
+      deadline: deadlineOf(answer),
     };
     if (observed('acquired'))
       publish('acquired', {
@@ -636,7 +806,7 @@ export class LeaseClient implements AsyncDisposable {
     if (!row.acquired) return { lease: null, holder: row.holder, sentAt, receivedAt };
 
     const epoch = row.epoch!;
-    let deadline = sentAt + row.remainingMs!;
+    let deadline = deadlineOf(row);
     // A lock wait between sending and the grant shortens that deadline by as much; after a
     // long one, measure again from a fresh send.
     if (receivedAt - sentAt > ttlMicroseconds / 1000 / 10)
@@ -861,6 +1031,16 @@ function noticesOf(connection: pg.ClientBase): Notices {
     notices = record;
   }
   return notices;
+}
+
+/**
+ * One rule's violation for {@link LeaseInvalidInputError}, naming at most ten entries as the
+ * server does (`and N more`); none when nothing violates it.
+ */
+function violation(rule: string, entries: string[]): string[] {
+  if (entries.length === 0) return [];
+  const more = entries.length > 10 ? ` and ${entries.length - 10} more` : '';
+  return [`${rule}: ${entries.slice(0, 10).join(', ')}${more}`];
 }
 
 /** The `keepAlive` option as the handle takes it: `true` is the defaults, `false` none. */

@@ -54,8 +54,45 @@ export interface AcquiredEvent extends LeaseEventBase {
 export interface NotAcquiredEvent {
   key: string;
   owner: string;
-  reason: 'held' | 'timeout';
+  /**
+   * `held` and `timeout` as above; `expired`: acquireMany's statement granted the key, but its
+   * answer came so late that the grant had run out by the handle's reckoning (see
+   * {@link AcquireLateEvent}); it was released and the call reports `null` for it.
+   */
+  reason: 'held' | 'timeout' | 'expired';
   waitedMs: number;
+}
+
+/**
+ * An `acquireMany` statement answered so late that its grants were at risk: when the answer
+ * arrived, their first keep-alive renewal was already due (one keep-alive interval, by default
+ * a third of the ttl, had passed since the statement was sent, which is when every grant's
+ * ttl counts from). Published once per such statement, before `acquireMany` returns, so a
+ * subscriber knows before the caller acts on the handles.
+ *
+ * With `keepAlive` the client has renewed the statement's grants (one `lease.renew_many`)
+ * before making their handles, and `renewed` is true. A grant that had run out anyway (by the
+ * handle's deadline, or the renewal answered `lapsed`) is not handed out: `acquireMany` reports
+ * `null` for it, releases it if the server may still list it, and names it in `expired`.
+ *
+ * @example
+ * import type { AcquireLateEvent } from 'pg-lease';
+ * const warn = (e: AcquireLateEvent) =>
+ *   console.warn(`${e.keys.length} keys answered after ${e.waitedMs} ms, ${e.remainingMs} ms left`);
+ */
+export interface AcquireLateEvent {
+  owner: string;
+  /** The keys of the statement (at most 10000). */
+  keys: readonly string[];
+  ttlMs: number;
+  /** From sending the statement to its answer. */
+  waitedMs: number;
+  /** Left on the grants by the handles' reckoning when the answer arrived: 0 or less, run out. */
+  remainingMs: number;
+  /** The client renewed the grants before handing them out (`keepAlive`). */
+  renewed: boolean;
+  /** Keys granted by the statement but reported `null` because their grant ran out. */
+  expired: readonly string[];
 }
 
 /**
@@ -123,6 +160,7 @@ export interface ReleasedEvent extends LeaseEventBase {
 export interface LeaseEvents {
   acquired: AcquiredEvent;
   notAcquired: NotAcquiredEvent;
+  acquireLate: AcquireLateEvent;
   renewed: RenewedEvent;
   renewalFailed: RenewalFailedEvent;
   lost: LostEvent;
@@ -143,6 +181,7 @@ export interface LeaseEvents {
 export const LEASE_CHANNELS = {
   acquired: 'pg-lease:acquired',
   notAcquired: 'pg-lease:not-acquired',
+  acquireLate: 'pg-lease:acquire-late',
   renewed: 'pg-lease:renewed',
   renewalFailed: 'pg-lease:renewal-failed',
   lost: 'pg-lease:lost',
@@ -152,6 +191,7 @@ export const LEASE_CHANNELS = {
 const channels = {
   acquired: diagnostics_channel.channel(LEASE_CHANNELS.acquired),
   notAcquired: diagnostics_channel.channel(LEASE_CHANNELS.notAcquired),
+  acquireLate: diagnostics_channel.channel(LEASE_CHANNELS.acquireLate),
   renewed: diagnostics_channel.channel(LEASE_CHANNELS.renewed),
   renewalFailed: diagnostics_channel.channel(LEASE_CHANNELS.renewalFailed),
   lost: diagnostics_channel.channel(LEASE_CHANNELS.lost),

@@ -23,6 +23,7 @@ import { performance } from 'node:perf_hooks';
 import {
   endsKeepAlive,
   keepAliveIntervalMs,
+  keepAlivePeriodMs,
   sleepUntilStopped,
   type KeepAliveOptions,
   type Scheduler,
@@ -90,7 +91,7 @@ class Member implements Scheduler {
   ) {}
 
   period(): number {
-    return this.intervalMs ?? this.ttlMs() / 3;
+    return keepAlivePeriodMs(this.intervalMs, this.ttlMs());
   }
 
   start(since: number): void {

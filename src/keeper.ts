@@ -69,6 +69,15 @@ export function keepAliveIntervalMs(options: KeepAliveOptions): number | undefin
 }
 
 /**
+ * The time between keep-alive renewals: `keepAlive.interval` (see {@link keepAliveIntervalMs}),
+ * else a third of the ttl in force. The one rule for the scheduler, and for the client's
+ * judgement of when a grant that arrived late is already due for renewal. @internal
+ */
+export function keepAlivePeriodMs(intervalMs: number | undefined, ttlMs: number): number {
+  return intervalMs ?? ttlMs / 3;
+}
+
+/**
  * Waits `ms`, chaining timers past Node's limit; resolves false once `stop` aborts, else true.
  * Never keeps the process alive. @internal
  */

@@ -66,7 +66,8 @@ export interface Grant {
  * A held lease. Act on the resource only while `signal` is not aborted, and pass `epoch` to
  * every fenced write so that a resource can reject a stale holder.
  *
- * Handles come from {@link LeaseClient.acquire} and {@link LeaseClient.withLease}.
+ * Handles come from {@link LeaseClient.acquire}, {@link LeaseClient.acquireMany} and
+ * {@link LeaseClient.withLease}; {@link LeaseClient.releaseMany} releases many in one statement.
  *
  * @example
  * import { LeaseClient } from 'pg-lease';
@@ -128,6 +129,11 @@ export class Lease implements AsyncDisposable {
       this.#keeper = calls.scheduler(renew, ttlMs, keepAlive);
       this.#keeper.start(this.#deadline - this.#ttlMicroseconds / 1000);
     }
+  }
+
+  /** @internal Whether `value` is a handle made with `calls` (one client's calls). */
+  static madeWith(value: unknown, calls: LeaseCalls): value is Lease {
+    return typeof value === 'object' && value !== null && #calls in value && value.#calls === calls;
   }
 
   /**
@@ -284,7 +290,7 @@ export class Lease implements AsyncDisposable {
     }
     this.#ttlMicroseconds = ttlMicroseconds;
     this.#expiresAt = call.expiresAt!;
-    this.#deadline = call.sentAt + (call.remainingMs ?? 0);
+    this.#deadline = deadlineOf(call);
     this.#armDeadline();
     this.#throwIfEnded();
     if (observed('renewed'))
@@ -311,12 +317,11 @@ export class Lease implements AsyncDisposable {
    */
   #armDeadline(): void {
     const now = performance.now();
-    const left = this.#deadline - now;
     // Timers have whole milliseconds: the last one is aimed at most 1 ms early and the loss
     // taken then, never a re-armed millisecond late. A waiter elsewhere can be granted the key
     // within a millisecond of the server expiry, which the deadline precedes by little more
     // than the renew's trip to the server.
-    if (left < 1) {
+    if (deadlinePassed(this.#deadline, now)) {
       clearTimeout(this.#timer);
       this.#timer = undefined;
       this.#lose('expired', this.#lastFailure);
@@ -324,7 +329,7 @@ export class Lease implements AsyncDisposable {
     }
     if (this.#timer !== undefined && this.#timerAt <= this.#deadline) return;
     clearTimeout(this.#timer);
-    const delay = Math.min(Math.floor(left), MAX_TIMER_MS);
+    const delay = Math.min(Math.floor(this.#deadline - now), MAX_TIMER_MS);
     this.#timerAt = now + delay;
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
@@ -358,6 +363,23 @@ export class Lease implements AsyncDisposable {
     this.#ended = reason;
     this.#controller?.abort(reason);
   }
+}
+
+/**
+ * The monotonic deadline an acquire's or renew's answer gives (see the module comment): its
+ * send plus the time the server measured left. @internal
+ */
+export function deadlineOf(answer: { sentAt: number; remainingMs: number | null }): number {
+  return answer.sentAt + (answer.remainingMs ?? 0);
+}
+
+/**
+ * Whether a handle with this monotonic deadline counts as lost at `now`: timers have whole
+ * milliseconds, so less than one left is none (see the handle's #armDeadline). A client that
+ * makes a handle checks it first, so as not to hand out one that is lost at birth. @internal
+ */
+export function deadlinePassed(deadline: number, now = performance.now()): boolean {
+  return deadline - now < 1;
 }
 
 /**

@@ -8,7 +8,14 @@ import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { LeaseClient, LeaseLostError, type Lease } from '../../src/index.js';
+import {
+  LeaseClient,
+  LeaseLostError,
+  subscribeLeaseEvents,
+  type AcquireLateEvent,
+  type Lease,
+} from '../../src/index.js';
+import { MAX_BATCH_KEYS } from '../../src/statements.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
@@ -154,6 +161,317 @@ describe('acquireMany', () => {
       name: 'LeaseInvalidInputError',
     });
     assert.equal(await client.inspect(key), null);
+  });
+});
+
+describe('acquireMany answered late', () => {
+  /**
+   * `count` keys whose byte order is their order here; `blocker` inserts the one at `blocked`
+   * (default: the last) in an open transaction, so acquire_many grants the keys before it,
+   * then waits for it, then grants the rest. The blocked key's grant counts from the clock
+   * reading its acquire made before the wait (SEMANTICS §4 batches).
+   */
+  async function keyBlocked(prefix: string, count: number, blocked = count - 1) {
+    const base = uniqueKey(prefix);
+    const keys = Array.from({ length: count }, (_, i) => `${base}-${String(i).padStart(3, '0')}`);
+    const blocker = await db.pool.connect();
+    await blocker.query('BEGIN');
+    await blocker.query("SELECT lease.acquire($1, 'blocker', '1 hour')", [keys[blocked]]);
+    return { keys, blocker };
+  }
+
+  const waitingForTheBlocker = () =>
+    waitFor('acquire_many waits for the blocker’s row', async () => {
+      const { rows } = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'
+            AND query LIKE '%lease.acquire_many(%'`,
+      );
+      return rows[0]!.n > 0;
+    });
+
+  /** Records acquireLate events of `owner`, and whether the call had resolved when each came. */
+  function lateEvents(owner: string) {
+    const seen: { event: AcquireLateEvent; afterReturn: boolean }[] = [];
+    let returned = false;
+    const stop = subscribeLeaseEvents({
+      acquireLate: (event) => {
+        if (event.owner === owner) seen.push({ event, afterReturn: returned });
+      },
+    });
+    return {
+      seen,
+      returned: () => {
+        returned = true;
+        stop();
+      },
+    };
+  }
+
+  const heldBy = async (owner: string, keys: string[]) =>
+    (
+      await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM lease.leases
+          WHERE key = ANY($1) AND owner = $2 AND expires_at > clock_timestamp()`,
+        [keys, owner],
+      )
+    ).rows[0]!.n;
+
+  test('a grant that ran out before the answer arrived is not handed back: null, released, and the caller is told', async () => {
+    const client = new LeaseClient(db.pool);
+    const owner = `late-${uniqueKey('o')}`;
+    const { keys, blocker } = await keyBlocked('late', 20);
+    const late = lateEvents(owner);
+    try {
+      const acquiring = client.acquireMany(keys, { ttl: '1s', owner });
+      await waitingForTheBlocker();
+      // The first grants' 1 s ttl runs out more than twice over while the statement waits.
+      await sleep(2_500);
+      await blocker.query('ROLLBACK');
+      const leases = await acquiring;
+      late.returned();
+      const lost = leases.filter((lease) => lease?.lost);
+      assert.equal(lost.length, 0, `handed back lost: ${String(lost[0]?.lost)}`);
+      // Every handle of the statement counts from its earliest grant, which ran out.
+      assert.deepEqual(leases, Array(20).fill(null));
+      assert.equal(late.seen.length, 1, 'one acquireLate event');
+      const { event, afterReturn } = late.seen[0]!;
+      assert.equal(afterReturn, false, 'told before the call returned');
+      assert.equal(event.renewed, false);
+      assert.ok(event.remainingMs <= 0, `remainingMs ${event.remainingMs}`);
+      assert.deepEqual([...event.expired].sort(), keys);
+      // Nothing is left held: whatever the server still listed was released.
+      assert.equal(await heldBy(owner, keys), 0);
+      assert.equal((await client.inspect(keys[19]!))?.held, false);
+    } finally {
+      late.returned();
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+    }
+  });
+
+  test('with keepAlive, grants at risk are renewed before the call returns, and the caller is told', async () => {
+    const client = new LeaseClient(db.pool);
+    const owner = `risk-${uniqueKey('o')}`;
+    const { keys, blocker } = await keyBlocked('risk', 20);
+    const late = lateEvents(owner);
+    let leases: (Lease | null)[] = [];
+    try {
+      const acquiring = client.acquireMany(keys, { ttl: '6s', owner, keepAlive: true });
+      await waitingForTheBlocker();
+      // Over half of the first grants' ttl passes: their keep-alive renewal (a third) is due.
+      await sleep(3_500);
+      await blocker.query('ROLLBACK');
+      leases = await acquiring;
+      late.returned();
+      assert.equal(late.seen.length, 1, 'one acquireLate event');
+      const { event, afterReturn } = late.seen[0]!;
+      assert.equal(afterReturn, false, 'told before the call returned');
+      assert.equal(event.renewed, true);
+      assert.ok(event.remainingMs < 4_000, `remainingMs ${event.remainingMs}`);
+      assert.deepEqual(event.expired, []);
+      for (const lease of leases) {
+        assert.ok(lease, 'every key granted');
+        assert.equal(lease.lost, undefined, String(lease.lost));
+        // Renewed from a fresh send: more is left now than the statement's grants had.
+        assert.ok(lease.remainingMs() > event.remainingMs, `${lease.remainingMs()} ms left`);
+      }
+      assert.equal(await heldBy(owner, keys), 20);
+    } finally {
+      late.returned();
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+      await Promise.all(leases.map((lease) => lease?.release()));
+    }
+  });
+
+  test('with keepAlive, the renewal before the call returns finds which grants ran out: those are null, the rest held', async () => {
+    const client = new LeaseClient(db.pool);
+    const owner = `lapsed-${uniqueKey('o')}`;
+    const { keys, blocker } = await keyBlocked('lapsed', 20, 9);
+    const late = lateEvents(owner);
+    let leases: (Lease | null)[] = [];
+    try {
+      const acquiring = client.acquireMany(keys, { ttl: '2s', owner, keepAlive: true });
+      await waitingForTheBlocker();
+      // The first ten grants run out on the server; the last ten are granted after the wait.
+      await sleep(4_500);
+      await blocker.query('ROLLBACK');
+      leases = await acquiring;
+      late.returned();
+      const lost = leases.filter((lease) => lease?.lost);
+      assert.equal(lost.length, 0, `handed back lost: ${String(lost[0]?.lost)}`);
+      assert.deepEqual(
+        leases.map((lease) => lease?.key ?? null),
+        [...Array(10).fill(null), ...keys.slice(10)],
+      );
+      const { event, afterReturn } = late.seen[0]!;
+      assert.equal(afterReturn, false, 'told before the call returned');
+      assert.equal(event.renewed, true);
+      assert.deepEqual([...event.expired].sort(), keys.slice(0, 10));
+      assert.equal(await heldBy(owner, keys), 10);
+    } finally {
+      late.returned();
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      blocker.release();
+      await Promise.all(leases.map((lease) => lease?.release()));
+    }
+  });
+
+  test('an answer in good time publishes no acquireLate event', async () => {
+    const client = new LeaseClient(db.pool);
+    const owner = `prompt-${uniqueKey('o')}`;
+    const late = lateEvents(owner);
+    const keys = Array.from({ length: 5 }, () => uniqueKey('prompt'));
+    const leases = await client.acquireMany(keys, { ttl: '1 min', owner, keepAlive: true });
+    late.returned();
+    assert.equal(late.seen.length, 0);
+    await Promise.all(leases.map((lease) => lease?.release()));
+  });
+});
+
+describe('releaseMany', () => {
+  const statementsIn = (sent: string[]) => ({
+    batched: sent.filter((t) => t.includes('lease.release_many(')).length,
+    single: sent.filter((t) => t.includes('lease.release(')).length,
+  });
+
+  test('more handles than one statement takes: one release_many per chunk, every status in order', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool);
+    try {
+      const keys = Array.from({ length: MAX_BATCH_KEYS + 5 }, () => uniqueKey('rm'));
+      const leases = (await client.acquireMany(keys, {
+        ttl: '1 min',
+        owner: 'worker-rm',
+        keepAlive: true,
+      })) as Lease[];
+      sent.length = 0;
+      const statuses = await client.releaseMany(leases);
+      assert.equal(statuses.length, keys.length);
+      assert.ok(
+        statuses.every((status) => status === 'ok'),
+        String(statuses.find((s) => s !== 'ok')),
+      );
+      assert.deepEqual(statementsIn(sent), { batched: 2, single: 0 });
+      for (const lease of [leases[0]!, leases.at(-1)!])
+        assert.equal((lease.signal.reason as { code?: string }).code, 'lease_released');
+      const { rows } = await db.pool.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM lease.leases WHERE key = ANY($1) AND owner IS NOT NULL',
+        [keys],
+      );
+      assert.equal(rows[0]!.n, 0);
+      // Released already: the handle answers its release again without a statement.
+      sent.length = 0;
+      assert.equal(await leases[7]!.release(), 'ok');
+      assert.deepEqual(statementsIn(sent), { batched: 0, single: 0 });
+    } finally {
+      await pool.end();
+    }
+  });
+
+  test('mixed owners, lost and released handles: one statement per owner, each handle’s own answer, keep-alive stopped', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool);
+    try {
+      const keepAlive = { interval: '200ms' };
+      const [a1, a2, a3, stolen] = (await client.acquireMany(
+        Array.from({ length: 4 }, () => uniqueKey('mix-a')),
+        { ttl: '1 min', owner: 'owner-a', keepAlive },
+      )) as Lease[];
+      const [b1, b2, released] = (await client.acquireMany(
+        Array.from({ length: 3 }, () => uniqueKey('mix-b')),
+        { ttl: '1 min', owner: 'owner-b', keepAlive },
+      )) as Lease[];
+      assert.equal(await released!.release(), 'ok');
+      // Lapsed: a 200 ms grant without keep-alive, well past its expiry.
+      const lapsed = (await client.acquire(uniqueKey('mix-a'), {
+        ttl: '200ms',
+        owner: 'owner-a',
+      }))!;
+      await abortReason(lapsed.signal);
+      await sleep(400);
+      // Taken over: released behind the handle's back and granted to someone else.
+      await db.pool.query('SELECT lease.release($1, $2, $3)', [
+        stolen!.key,
+        stolen!.owner,
+        stolen!.epoch.toString(),
+      ]);
+      await db.pool.query("SELECT lease.acquire($1, 'thief', '1 min')", [stolen!.key]);
+
+      sent.length = 0;
+      const statuses = await client.releaseMany([
+        a1!,
+        b1!,
+        lapsed,
+        a2!,
+        released!,
+        b2!,
+        stolen!,
+        a3!,
+      ]);
+      assert.deepEqual(statuses, ['ok', 'ok', 'lapsed', 'ok', 'ok', 'ok', 'not_owner', 'ok']);
+      // owner-a: a1, lapsed, a2, stolen, a3; owner-b: b1, b2 (released sends nothing again).
+      assert.deepEqual(statementsIn(sent), { batched: 2, single: 0 });
+      sent.length = 0;
+      await sleep(700); // several keep-alive intervals
+      assert.equal(sent.filter((t) => /lease\.renew/.test(t)).length, 0, 'keep-alive stopped');
+      assert.equal((await client.inspect(stolen!.key))?.owner, 'thief');
+    } finally {
+      await pool.end();
+    }
+  });
+
+  test('a handle of another client, a repeated handle or a non-handle is invalid input and changes nothing', async () => {
+    const { pool, sent } = recordingPool();
+    const client = new LeaseClient(pool);
+    const other = new LeaseClient(db.pool);
+    try {
+      const [mine, alsoMine] = (await client.acquireMany([uniqueKey('bad'), uniqueKey('bad')], {
+        ttl: '1 min',
+        owner: 'worker-bad',
+        keepAlive: true,
+      })) as Lease[];
+      const theirs = (await other.acquire(uniqueKey('bad'), { ttl: '1 min' }))!;
+      sent.length = 0;
+      await assert.rejects(client.releaseMany([mine!, theirs]), {
+        name: 'LeaseInvalidInputError',
+        detail: 'each entry must be a lease handle of this client: leases[1]',
+      });
+      await assert.rejects(client.releaseMany([mine!, alsoMine!, mine!]), {
+        name: 'LeaseInvalidInputError',
+        detail: 'leases must be distinct: leases[2] repeats leases[0]',
+      });
+      await assert.rejects(
+        client.releaseMany([
+          mine!,
+          { key: mine!.key } as unknown as Lease,
+          null as unknown as Lease,
+        ]),
+        {
+          name: 'LeaseInvalidInputError',
+          detail: 'each entry must be a lease handle of this client: leases[1], leases[2]',
+        },
+      );
+      assert.deepEqual(sent, [], 'nothing sent');
+      for (const lease of [mine!, alsoMine!, theirs]) {
+        assert.equal(lease.signal.aborted, false);
+        assert.equal(
+          (
+            await db.pool.query(
+              'SELECT 1 FROM lease.leases WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()',
+              [lease.key, lease.owner],
+            )
+          ).rowCount,
+          1,
+        );
+      }
+      assert.deepEqual(await client.releaseMany([]), []);
+      assert.deepEqual(await client.releaseMany([alsoMine!, mine!]), ['ok', 'ok']);
+      assert.equal(await theirs.release(), 'ok');
+    } finally {
+      await pool.end();
+    }
   });
 });
 

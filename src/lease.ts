@@ -97,8 +97,8 @@ export class Lease implements AsyncDisposable {
    * and a process holding many leases kept alive by the shared keep-alive may never read one.
    */
   #controller: AbortController | undefined;
-  /** Why the handle ended (lost or released); `undefined` while held. */
-  #ended: LeaseError | undefined;
+  /** Why the handle ended (lost, or `released` until {@link #reason} makes its error); `undefined` while held. */
+  #ended: LeaseError | 'released' | undefined;
   #expiresAt: Date;
   #ttlMicroseconds: number;
   #deadline: number;
@@ -151,7 +151,7 @@ export class Lease implements AsyncDisposable {
   get signal(): AbortSignal {
     if (!this.#controller) {
       this.#controller = new AbortController();
-      if (this.#ended) this.#controller.abort(this.#ended);
+      if (this.#ended) this.#controller.abort(this.#reason());
     }
     return this.#controller.signal;
   }
@@ -223,7 +223,7 @@ export class Lease implements AsyncDisposable {
    */
   release(): Promise<LeaseStatus> {
     if (!this.#release) {
-      this.#stop(releasedReason(this.key, this.epoch));
+      this.#stop('released');
       const sentAt = performance.now();
       this.#release = this.#calls.release(this.key, this.owner, this.epoch).then(
         (status) => {
@@ -304,9 +304,9 @@ export class Lease implements AsyncDisposable {
 
   #throwIfEnded(): void {
     if (!this.#ended) return;
-    // The release reason was made without a stack (see releasedReason); thrown, it gets one.
-    if (this.#ended.code === 'lease_released')
-      throw new LeaseError('lease_released', this.#ended.message);
+    // Thrown, a release's reason gets a stack (the signal's has none; see releasedError).
+    if (this.#ended === 'released' || this.#ended.code === 'lease_released')
+      throw releasedError(this.key, this.epoch, true);
     throw this.#ended;
   }
 
@@ -355,13 +355,22 @@ export class Lease implements AsyncDisposable {
     return { key: this.key, owner: this.owner, epoch: this.epoch };
   }
 
-  #stop(reason: LeaseError): void {
+  #stop(reason: LeaseError | 'released'): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#keeper?.stop();
     if (this.#ended) return;
     this.#ended = reason;
-    this.#controller?.abort(reason);
+    if (this.#controller) this.#controller.abort(this.#reason());
+  }
+
+  /**
+   * Why the handle ended, as `signal` carries it. A release's reason is made only when a signal
+   * needs it: most released handles never had their signal read.
+   */
+  #reason(): LeaseError {
+    if (this.#ended === 'released') this.#ended = releasedError(this.key, this.epoch, false);
+    return this.#ended!;
   }
 }
 
@@ -383,12 +392,13 @@ export function deadlinePassed(deadline: number, now = performance.now()): boole
 }
 
 /**
- * The reason a released handle's signal carries: a marker, not a failure, so it is made without
- * a stack trace (capturing one was the largest cost of a release in the client's CPU profile).
+ * The error of a released handle. The reason its signal carries is a marker, not a failure, so
+ * it is made without a stack trace (capturing one was the largest cost of a release in the
+ * client's CPU profile); thrown at a caller, it has one.
  */
-function releasedReason(key: string, epoch: bigint): LeaseError {
+function releasedError(key: string, epoch: bigint, stack: boolean): LeaseError {
   const limit = Error.stackTraceLimit;
-  Error.stackTraceLimit = 0;
+  if (!stack) Error.stackTraceLimit = 0;
   try {
     return new LeaseError(
       'lease_released',

@@ -46,11 +46,11 @@ import {
   type ListOptions,
   type PurgeOptions,
 } from './operations.js';
+import { isBrokenBy, isPool } from './connection.js';
 import { defaultOwner } from './owner.js';
 import { dateFromMs, MAX_BATCH_KEYS, msFromUs, STATEMENTS, type Statement } from './statements.js';
 import { validateInput } from './validation.js';
 import {
-  isPool,
   runCancellable,
   Waiting,
   type AttemptResult,
@@ -957,7 +957,7 @@ export class LeaseClient implements AsyncDisposable {
         signal,
       );
     } catch (error) {
-      if (isConnectionFailure(error)) broken = error as Error;
+      if (isBrokenBy(error)) broken = error as Error;
       throw error;
     } finally {
       connection.release(broken);
@@ -1046,15 +1046,4 @@ function violation(rule: string, entries: string[]): string[] {
 /** The `keepAlive` option as the handle takes it: `true` is the defaults, `false` none. */
 function keepAliveOf(option: boolean | KeepAliveOptions | undefined): KeepAliveOptions | undefined {
   return option === true ? {} : option || undefined;
-}
-
-/**
- * Errors after which a pooled connection must not be reused: anything but an error the server
- * reported for the statement (or the client's own refusal, which sent nothing).
- */
-function isConnectionFailure(error: unknown): boolean {
-  if (error instanceof LeaseError) return false;
-  const code = (error as { code?: unknown }).code;
-  if (!(error instanceof pg.DatabaseError) || typeof code !== 'string') return true;
-  return code.startsWith('08') || code.startsWith('57P');
 }

@@ -6,6 +6,7 @@
  * {@link LeaseFencedError}.
  */
 import pg from 'pg';
+import { isConnectionGone, isPool } from './connection.js';
 import {
   LeaseError,
   LeaseFencedError,
@@ -99,7 +100,7 @@ export async function fencedTransaction<T>(
   } catch (error) {
     // Rolled back, the connection is idle and reusable; otherwise (or after a connection
     // failure) the pool must drop it.
-    if (connection.getTransactionStatus() !== 'I' || isConnectionFailure(error))
+    if (connection.getTransactionStatus() !== 'I' || isConnectionGone(error))
       broken = error instanceof Error ? error : new Error(String(error));
     throw error;
   } finally {
@@ -150,15 +151,4 @@ function fencedError(error: unknown, grant: FencedGrant): unknown {
     message: error.message,
     ...(typeof detail === 'string' ? { detail } : {}),
   });
-}
-
-function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {
-  return 'totalCount' in db && typeof (db as pg.Pool).connect === 'function';
-}
-
-/** A server error that says the connection is gone (class 08, or 57P: shutdown, crash). */
-function isConnectionFailure(error: unknown): boolean {
-  const cause = error instanceof LeaseFencedError ? error.cause : error;
-  const code = (cause as { code?: unknown } | undefined)?.code;
-  return typeof code === 'string' && (code.startsWith('08') || code.startsWith('57P'));
 }

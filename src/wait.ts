@@ -25,6 +25,7 @@ import pg from 'pg';
 import type { Duration } from './duration.js';
 import type { LeaseState } from './client.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
+import { isPool } from './connection.js';
 import { MAX_TIMER_MS } from './keeper.js';
 import { optionMs } from './validation.js';
 import { dateFromMs, EXPIRES_MS, REMAINING_US } from './statements.js';
@@ -668,9 +669,4 @@ function sendCancelRequest(connection: pg.ClientBase): Promise<void> {
       resolve();
     });
   });
-}
-
-/** Whether `db` is a pool (the client's calls then each take a connection of it). @internal */
-export function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {
-  return 'totalCount' in db && typeof (db as pg.Pool).connect === 'function';
 }

@@ -65,6 +65,7 @@ export {
   LEASE_CHANNELS,
   subscribeLeaseEvents,
   type AcquiredEvent,
+  type ConnectionErrorEvent,
   type LeaseEventBase,
   type LeaseEventHandlers,
   type LeaseEvents,

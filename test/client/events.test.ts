@@ -46,7 +46,7 @@ function record(key: string): {
     (Object.keys(LEASE_CHANNELS) as (keyof LeaseEvents)[]).map((kind) => [
       kind,
       (event: LeaseEvents[typeof kind]) => {
-        if (event.key === key) events.push({ kind, event } as Recorded);
+        if ('key' in event && event.key === key) events.push({ kind, event } as Recorded);
       },
     ]),
   );

@@ -8,6 +8,10 @@
  * of: a renewal reporting the lease gone, `resign()`, or `stepDownMarginMs` before the handle's
  * deadline (itself never later than the server's expiry: see lease.ts). Only the first and the
  * last are a loss (`lost`); a resignation, also `run()` stopping, is `resigned`.
+ *
+ * Terms are epochs, so they rise but are not consecutive: the release that ends a term by
+ * resignation or step-down raises the key's epoch itself (it fences the ended term), and the
+ * next term is one above that. docs/client.md lists every case.
  */
 import { EventEmitter } from 'node:events';
 import type { LeaseClient, LeaseState } from './client.js';

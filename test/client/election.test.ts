@@ -93,6 +93,25 @@ describe('Election', { concurrency: true }, () => {
     assert.equal(state?.epoch, leading!.epoch + 1n);
   });
 
+  test('terms: a lapsed term is followed by the next number, a resigned one by the one after; denied attempts take none', async () => {
+    const key = uniqueKey('election-terms');
+    // A holder that stops renewing: its grant lapses on the server, nobody releases it.
+    const holder = (await admin.acquire(key, { ttl: '1500ms', owner: 'gone' }))!;
+    // b polls every 20 ms until the lapse: dozens of denied attempts.
+    const b = new Election(candidate({ notifications: false, pollInterval: '20ms' }), key, {
+      ttl: '30s',
+      identity: 'b',
+    });
+    const afterLapse = await b.campaign();
+    assert.equal(afterLapse.epoch, holder.epoch + 1n);
+    await afterLapse.resign();
+    // The release raised the key's epoch to fence the resigned term; the next term is above it.
+    assert.equal((await admin.inspect(key))?.epoch, afterLapse.epoch + 1n);
+    const afterResign = await b.campaign();
+    assert.equal(afterResign.epoch, afterLapse.epoch + 2n);
+    await afterResign.resign();
+  });
+
   test('a waiting candidate takes over when the leader resigns, with the next term', async () => {
     const key = uniqueKey('election-resign');
     const a = new Election(candidate(), key, { ttl: '30s', identity: 'a' });

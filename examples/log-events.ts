@@ -2,9 +2,9 @@
  * Example: one log line per pg-lease client event.
  *
  * `logLeaseEvents(logger)` subscribes to the events (see src/events.ts) and writes a short line
- * with the fields that matter for each: info for the routine ones, warn for failed renewals
- * and lost leases. Any logger with `info` and `warn` taking a string works (console, or a
- * pino/winston child logger). Returns the function that unsubscribes.
+ * with the fields that matter for each: info for the routine ones, warn for failed renewals,
+ * lost leases and broken pool connections. Any logger with `info` and `warn` taking a string
+ * works (console, or a pino/winston child logger). Returns the function that unsubscribes.
  *
  * In your project, import from 'pg-lease' instead of '../src/index.js'.
  */
@@ -40,6 +40,10 @@ export function logLeaseEvents(logger: LineLogger = console): () => void {
     released: (e) =>
       logger.info(
         `lease released key=${e.key} epoch=${e.epoch} status=${e.status} held=${ms(e.heldMs)}`,
+      ),
+    connectionError: (e) =>
+      logger.warn(
+        `lease client connection failed connection=${e.connection} error=${JSON.stringify(e.error instanceof Error ? e.error.message || e.error.name : String(e.error))}`,
       ),
   });
 }

@@ -201,6 +201,7 @@ export interface RenewResult {
 export class LeaseClient implements AsyncDisposable {
   readonly #db: pg.Pool | pg.ClientBase;
   readonly #ownsPool: boolean;
+  readonly #unwatchPool: (() => void) | undefined;
   readonly #owner: string | undefined;
   #prepared: boolean;
   readonly #renewer: Coalescer<RenewItem, RenewCall>;
@@ -214,19 +215,22 @@ export class LeaseClient implements AsyncDisposable {
 
   /**
    * @param database a `pg.Pool`, a dedicated `pg.Client` (connected, with an `error` listener:
-   *   the client does not manage it), or a connection string.
+   *   the client does not manage it), or a connection string. On a pool, also one passed in,
+   *   the client listens for `'error'` (an idle connection broken by a server restart, say) until
+   *   {@link end}, so that it does not end the process, and reports it as `connectionError`.
    */
   constructor(database: LeaseDatabase, options: LeaseClientOptions = {}) {
     if (typeof database === 'string') {
-      const pool = new pg.Pool({ connectionString: database });
-      // An idle connection that breaks (server restart) is dropped; the next call reconnects.
-      pool.on('error', () => undefined);
-      this.#db = pool;
+      this.#db = new pg.Pool({ connectionString: database });
       this.#ownsPool = true;
     } else {
       this.#db = database;
       this.#ownsPool = false;
     }
+    // An idle connection that breaks (server restart) is dropped by the pool, which then emits
+    // 'error': with no listener that would end the process, also for a pool passed in. The
+    // next call opens a new connection, so the error is only reported (`connectionError`).
+    if (isPool(this.#db)) this.#unwatchPool = watchPool(this.#db);
     this.#owner = options.owner;
     this.#prepared = options.preparedStatements ?? true;
     const run = this.#run;
@@ -764,7 +768,9 @@ export class LeaseClient implements AsyncDisposable {
 
   /**
    * Closes the pool the client made from a connection string; a pool or client passed in is
-   * left to its owner. Handles still alive stop being renewed and are lost at their deadline.
+   * left to its owner (the client's `'error'` listener on a pool passed in is removed, once no
+   * other client uses that pool). Handles still alive stop being renewed and are lost at their
+   * deadline.
    *
    * @example
    * const client = new LeaseClient(process.env.DATABASE_URL!);
@@ -776,7 +782,9 @@ export class LeaseClient implements AsyncDisposable {
    */
   async end(): Promise<void> {
     await this.#waiting.close();
+    // The client's own pool keeps its listener: sockets may still close after end() resolves.
     if (this.#ownsPool) await (this.#db as pg.Pool).end();
+    else this.#unwatchPool?.();
   }
 
   /** {@link end}, for `await using client = new LeaseClient(url)`. */
@@ -950,6 +958,10 @@ export class LeaseClient implements AsyncDisposable {
       return runCancellable(db, () => runOutsideTransaction<R>(db, key, query), signal);
     const connection = await db.connect();
     let broken: Error | undefined;
+    // A checked-out connection has no listener of the pool's: an error that arrives while no
+    // statement runs on it (waiting for a cancel request to close, say) would be thrown.
+    const onError = (error: Error) => (broken ??= error);
+    connection.on('error', onError);
     try {
       return await runCancellable(
         connection,
@@ -960,9 +972,38 @@ export class LeaseClient implements AsyncDisposable {
       if (isBrokenBy(error)) broken = error as Error;
       throw error;
     } finally {
+      connection.off('error', onError);
       connection.release(broken);
     }
   }
+}
+
+/** The 'error' listener on each pool in use by clients, and how many clients use it. */
+const watchedPools = new WeakMap<pg.Pool, { clients: number; listener: (error: Error) => void }>();
+
+/**
+ * Listens for errors of `pool`'s idle connections (one listener however many clients share
+ * the pool) and reports them; returns the function that stops, once the last client ends.
+ */
+function watchPool(pool: pg.Pool): () => void {
+  let watch = watchedPools.get(pool);
+  if (!watch) {
+    const listener = (error: Error) => {
+      if (observed('connectionError')) publish('connectionError', { error, connection: 'idle' });
+    };
+    watch = { clients: 0, listener };
+    watchedPools.set(pool, watch);
+    pool.on('error', listener);
+  }
+  watch.clients++;
+  let done = false;
+  return () => {
+    if (done) return;
+    done = true;
+    if (--watch.clients > 0) return;
+    pool.off('error', watch.listener);
+    watchedPools.delete(pool);
+  };
 }
 
 async function runOutsideTransaction<R extends pg.QueryResultRow>(

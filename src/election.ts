@@ -6,7 +6,12 @@
  * The leader is whoever holds the key; its epoch is the term, so a deposed leader's writes can
  * be fenced like any other stale holder's. Leadership ends, and `signal` aborts, at the first
  * of: a renewal reporting the lease gone, `resign()`, or `stepDownMarginMs` before the handle's
- * deadline (itself never later than the server's expiry: see lease.ts).
+ * deadline (itself never later than the server's expiry: see lease.ts). Only the first and the
+ * last are a loss (`lost`); a resignation, also `run()` stopping, is `resigned`.
+ *
+ * Terms are epochs, so they rise but are not consecutive: the release that ends a term by
+ * resignation or step-down raises the key's epoch itself (it fences the ended term), and the
+ * next term is one above that. docs/client.md lists every case.
  */
 import { EventEmitter } from 'node:events';
 import type { LeaseClient, LeaseState } from './client.js';
@@ -63,7 +68,11 @@ export interface Leadership {
   readonly identity: string;
   /** The term: the epoch of the leader's lease. */
   readonly epoch: bigint;
-  /** Aborts when leadership ends (reason: a {@link LeaseLostError} or the resignation). */
+  /**
+   * Aborts when leadership ends. Reason: a {@link LeaseLostError} when it was lost (renewal
+   * answered not_owner/lapsed/epoch_mismatch, or the step-down before the deadline), or a
+   * {@link LeaseError} with code `lease_released` whose message says the term was resigned.
+   */
   readonly signal: AbortSignal;
   /** The lease behind it. */
   readonly lease: Lease;
@@ -71,7 +80,10 @@ export interface Leadership {
   remainingMs(): number;
   /** Throws unless still leader, checked now (also right after an event-loop stall). */
   assertLeader(): void;
-  /** Steps down: releases the lease, so that the next candidate takes over at once. */
+  /**
+   * Steps down: releases the lease, so that the next candidate takes over at once. Emits
+   * `resigned`, not `lost` (unless the leadership had already ended).
+   */
   resign(): Promise<void>;
 }
 
@@ -79,8 +91,17 @@ export interface Leadership {
 export interface ElectionEvents {
   /** This candidate became leader. */
   elected: [Leadership];
-  /** This candidate's leadership ended: the signal's reason. */
+  /**
+   * This candidate's leadership was lost: a renewal found the lease gone, or it stepped down
+   * before its deadline because renewals did not come through. The signal's reason (a
+   * {@link LeaseLostError}).
+   */
   lost: [unknown];
+  /**
+   * This candidate gave up its leadership: `resign()`, releasing the leadership's lease, or
+   * `run()` stopping on its signal. Never followed or preceded by `lost` for the same term.
+   */
+  resigned: [Leadership];
 }
 
 /**
@@ -130,9 +151,14 @@ export class Election extends EventEmitter<ElectionEvents> {
       ...(options.signal ? { signal: options.signal } : {}),
     });
     const leadership = new Term(lease!, this.#marginMs);
-    leadership.signal.addEventListener('abort', () => this.emit('lost', leadership.signal.reason), {
-      once: true,
-    });
+    leadership.signal.addEventListener(
+      'abort',
+      () =>
+        leadership.resigned
+          ? this.emit('resigned', leadership)
+          : this.emit('lost', leadership.signal.reason),
+      { once: true },
+    );
     await this.#client.announce(this.key).catch(() => undefined);
     if (!leadership.signal.aborted) this.emit('elected', leadership);
     return leadership;
@@ -187,11 +213,23 @@ class Term implements Leadership {
   readonly #controller = new AbortController();
   readonly #marginMs: number;
   #timer: NodeJS.Timeout | undefined;
+  /** Whether the term ended by choice (resign, or a release of its lease), not by a loss. */
+  resigned = false;
 
   constructor(lease: Lease, marginMs: number) {
     this.lease = lease;
     this.#marginMs = marginMs;
-    lease.signal.addEventListener('abort', () => this.#end(lease.signal.reason), { once: true });
+    lease.signal.addEventListener(
+      'abort',
+      () => {
+        const reason: unknown = lease.signal.reason;
+        // The lease was released through the handle (leadership.lease.release()): a
+        // resignation too, not a loss. A lost lease aborts with a LeaseLostError.
+        if (reason instanceof LeaseError && reason.code === 'lease_released') this.#resign();
+        else this.#end(reason);
+      },
+      { once: true },
+    );
     this.#arm();
   }
 
@@ -219,13 +257,19 @@ class Term implements Leadership {
   }
 
   async resign(): Promise<void> {
+    this.#resign();
+    await this.lease.release().catch(() => undefined);
+  }
+
+  #resign(): void {
+    if (this.signal.aborted) return; // over already: lost, or resigned before
+    this.resigned = true;
     this.#end(
       new LeaseError(
         'lease_released',
         `pg_lease: leadership of ${JSON.stringify(this.lease.key)} (term ${this.epoch}) resigned`,
       ),
     );
-    await this.lease.release().catch(() => undefined);
   }
 
   /** Re-checks at the margin before the deadline; renewals move the deadline on. */

@@ -156,6 +156,24 @@ export interface ReleasedEvent extends LeaseEventBase {
   heldMs: number;
 }
 
+/**
+ * A connection of the client's pool failed while nobody was using it (the server restarted or
+ * terminated the session, the network dropped it). `connection` says which: an `idle` pool
+ * connection, which the pool has already dropped (the next call opens a new one), or the
+ * `listening` connection of waiters and observers, which the client gives back as broken and
+ * opens again at the next wait. Not a lease event: a held lease notices an outage through its
+ * renewals ({@link RenewalFailedEvent}). The client listens for these errors on any pool it
+ * uses, also one passed in, so they never end the process.
+ *
+ * @example
+ * import type { ConnectionErrorEvent } from 'pg-lease';
+ * const log = (e: ConnectionErrorEvent) => console.warn(`${e.connection} connection: ${String(e.error)}`);
+ */
+export interface ConnectionErrorEvent {
+  error: unknown;
+  connection: 'idle' | 'listening';
+}
+
 /** Each event kind and its message. */
 export interface LeaseEvents {
   acquired: AcquiredEvent;
@@ -165,6 +183,7 @@ export interface LeaseEvents {
   renewalFailed: RenewalFailedEvent;
   lost: LostEvent;
   released: ReleasedEvent;
+  connectionError: ConnectionErrorEvent;
 }
 
 /**
@@ -186,6 +205,7 @@ export const LEASE_CHANNELS = {
   renewalFailed: 'pg-lease:renewal-failed',
   lost: 'pg-lease:lost',
   released: 'pg-lease:released',
+  connectionError: 'pg-lease:connection-error',
 } as const satisfies Record<keyof LeaseEvents, string>;
 
 const channels = {
@@ -196,6 +216,7 @@ const channels = {
   renewalFailed: diagnostics_channel.channel(LEASE_CHANNELS.renewalFailed),
   lost: diagnostics_channel.channel(LEASE_CHANNELS.lost),
   released: diagnostics_channel.channel(LEASE_CHANNELS.released),
+  connectionError: diagnostics_channel.channel(LEASE_CHANNELS.connectionError),
 };
 
 /**

@@ -95,6 +95,11 @@ export async function fencedTransaction<T>(
   if (!isPool(database)) return runFenced(database, begin, grant, fn);
   const connection = await database.connect();
   let broken: Error | undefined;
+  // While `fn` awaits something else no statement runs on the connection: a server shutdown
+  // then arrives as the connection's 'error' event, which must not end the process. The
+  // transaction's next statement fails instead.
+  const onError = (error: Error) => (broken ??= error);
+  connection.on('error', onError);
   try {
     return await runFenced(connection, begin, grant, fn);
   } catch (error) {
@@ -104,6 +109,7 @@ export async function fencedTransaction<T>(
       broken = error instanceof Error ? error : new Error(String(error));
     throw error;
   } finally {
+    connection.off('error', onError);
     connection.release(broken);
   }
 }

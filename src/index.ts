@@ -66,6 +66,7 @@ export {
   subscribeLeaseEvents,
   type AcquiredEvent,
   type AcquireLateEvent,
+  type ConnectionErrorEvent,
   type LeaseEventBase,
   type LeaseEventHandlers,
   type LeaseEvents,

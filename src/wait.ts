@@ -26,6 +26,7 @@ import type { Duration } from './duration.js';
 import type { LeaseState } from './client.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
 import { isPool } from './connection.js';
+import { observed, publish } from './events.js';
 import { MAX_TIMER_MS } from './keeper.js';
 import { optionMs } from './validation.js';
 import { dateFromMs, EXPIRES_MS, REMAINING_US } from './statements.js';
@@ -463,7 +464,7 @@ class Notifier {
   #connecting: Promise<boolean> | undefined;
   #linger: NodeJS.Timeout | undefined;
   #probes = new Map<string, () => void>();
-  readonly #onError = new Map<pg.PoolClient, () => void>();
+  readonly #onError = new Map<pg.PoolClient, (error: Error) => void>();
   #closed = false;
   /** Whether notifications work: decided by the first LISTEN (and its probe for 'auto'). */
   verdict: boolean | undefined;
@@ -501,7 +502,11 @@ class Notifier {
 
   async #connect(): Promise<boolean> {
     const connection = await this.#pool!.connect();
-    const onError = () => this.#drop(connection, true);
+    const onError = (error: Error) => {
+      if (observed('connectionError'))
+        publish('connectionError', { error, connection: 'listening' });
+      this.#drop(connection, true);
+    };
     this.#onError.set(connection, onError);
     connection.on('error', onError);
     connection.on('notification', (message) => this.#dispatch(message));

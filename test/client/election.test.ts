@@ -10,8 +10,10 @@ import pg from 'pg';
 import {
   Election,
   LeaseClient,
+  LeaseError,
   LeaseLostError,
   type Leader,
+  type Leadership,
   type LeaseClientOptions,
 } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
@@ -38,7 +40,78 @@ function candidate(options: LeaseClientOptions = {}): LeaseClient {
   return new LeaseClient(pool, options);
 }
 
+/** The `lost` and `resigned` events of `election`. */
+function endings(election: Election): { lost: unknown[]; resigned: Leadership[] } {
+  const seen = { lost: [] as unknown[], resigned: [] as Leadership[] };
+  election.on('lost', (reason) => seen.lost.push(reason));
+  election.on('resigned', (leadership) => seen.resigned.push(leadership));
+  return seen;
+}
+
 describe('Election', { concurrency: true }, () => {
+  test('a resignation is not a loss: resigned is emitted, lost is not, and the signal says resigned', async () => {
+    const key = uniqueKey('election-resigned');
+    const a = new Election(candidate(), key, { ttl: '30s', identity: 'a' });
+    const seen = endings(a);
+    const first = await a.campaign();
+    await first.resign();
+    const reason = await abortReason(first.signal);
+    assert.ok(reason instanceof LeaseError && !(reason instanceof LeaseLostError), String(reason));
+    assert.equal(reason.code, 'lease_released');
+    assert.match(reason.message, /resigned/);
+    assert.throws(() => first.assertLeader(), LeaseError);
+    // Releasing the leadership's lease directly is a resignation too.
+    const second = await a.campaign();
+    await second.lease.release();
+    await abortReason(second.signal);
+    await first.resign(); // over already: nothing more is emitted
+    assert.deepEqual(seen.lost, []);
+    assert.deepEqual(seen.resigned, [first, second]);
+  });
+
+  test('run() stopped by its signal resigns: no lost event, the key is released', async () => {
+    const key = uniqueKey('election-run-stop');
+    const a = new Election(candidate(), key, { ttl: '30s', identity: 'a' });
+    const seen = endings(a);
+    const stop = new AbortController();
+    let leading: Leadership | undefined;
+    const running = a.run(
+      async (leadership) => {
+        leading = leadership;
+        await abortReason(leadership.signal, 60_000);
+      },
+      { signal: stop.signal },
+    );
+    await waitFor('a leads', () => leading !== undefined);
+    stop.abort();
+    await running;
+    assert.equal(leading!.signal.aborted, true);
+    assert.deepEqual(seen.lost, []);
+    assert.deepEqual(seen.resigned, [leading]);
+    const state = await admin.inspect(key);
+    assert.equal(state?.held, false);
+    assert.equal(state?.epoch, leading!.epoch + 1n);
+  });
+
+  test('terms: a lapsed term is followed by the next number, a resigned one by the one after; denied attempts take none', async () => {
+    const key = uniqueKey('election-terms');
+    // A holder that stops renewing: its grant lapses on the server, nobody releases it.
+    const holder = (await admin.acquire(key, { ttl: '1500ms', owner: 'gone' }))!;
+    // b polls every 20 ms until the lapse: dozens of denied attempts.
+    const b = new Election(candidate({ notifications: false, pollInterval: '20ms' }), key, {
+      ttl: '30s',
+      identity: 'b',
+    });
+    const afterLapse = await b.campaign();
+    assert.equal(afterLapse.epoch, holder.epoch + 1n);
+    await afterLapse.resign();
+    // The release raised the key's epoch to fence the resigned term; the next term is above it.
+    assert.equal((await admin.inspect(key))?.epoch, afterLapse.epoch + 1n);
+    const afterResign = await b.campaign();
+    assert.equal(afterResign.epoch, afterLapse.epoch + 2n);
+    await afterResign.resign();
+  });
+
   test('a waiting candidate takes over when the leader resigns, with the next term', async () => {
     const key = uniqueKey('election-resign');
     const a = new Election(candidate(), key, { ttl: '30s', identity: 'a' });
@@ -92,9 +165,13 @@ describe('Election', { concurrency: true }, () => {
       keepAlive: { interval: '1400ms' },
       stepDownMargin: '600ms',
     });
+    const seen = endings(a);
     const leaderA = await a.campaign();
     const expiresAt = (await a.leader())!.expiresAt.getTime();
     await abortReason(leaderA.signal);
+    // A step-down is a loss, although the leader releases the key itself.
+    assert.equal(seen.lost.length, 1);
+    assert.deepEqual(seen.resigned, []);
     // Asked right after the step-down, the server's clock is still before the expiry.
     const { rows } = await db.pool.query<{ now: Date }>('SELECT clock_timestamp() AS now');
     assert.ok(

@@ -46,7 +46,7 @@ function record(key: string): {
     (Object.keys(LEASE_CHANNELS) as (keyof LeaseEvents)[]).map((kind) => [
       kind,
       (event: LeaseEvents[typeof kind]) => {
-        if ('key' in event ? event.key === key : event.keys.includes(key))
+        if ('key' in event ? event.key === key : 'keys' in event && event.keys.includes(key))
           events.push({ kind, event } as Recorded);
       },
     ]),

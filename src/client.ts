@@ -5,27 +5,12 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import type { Duration } from './duration.js';
-import {
-  acquireMany,
-  byOwnerAndTtl,
-  Coalescer,
-  releaseMany,
-  renewMany,
-  type AcquiredRow,
-  type AcquireItem,
-  type ReleaseItem,
-  type RenewItem,
-  type RunStatement,
-} from './batch.js';
+import { byOwnerAndTtl, Coalescer } from './coalescer.js';
 import {
   LeaseAbortedError,
-  LeaseError,
   LeaseInvalidInputError,
   LeaseNotAcquiredError,
   LeaseTimeoutError,
-  translateError,
-  isUnconfirmedCommit,
-  unconfirmedMessage,
 } from './errors.js';
 import { observed, publish } from './events.js';
 import { fencedTransaction, type FencedOptions } from './fence.js';
@@ -46,12 +31,26 @@ import {
   type ListOptions,
   type PurgeOptions,
 } from './operations.js';
-import { isBrokenBy, isPool } from './connection.js';
+import {
+  acquireMany,
+  acquireOne,
+  inspectOne,
+  measureDeadline,
+  releaseMany,
+  releaseOne,
+  renewMany,
+  renewOne,
+  type AcquiredRow,
+  type AcquireItem,
+  type ReleaseItem,
+  type RenewItem,
+} from './sql/calls.js';
+import { isPool } from './sql/connection.js';
+import { watchPool, Wire } from './sql/wire.js';
 import { defaultOwner } from './owner.js';
-import { dateFromMs, MAX_BATCH_KEYS, msFromUs, STATEMENTS, type Statement } from './statements.js';
+import { MAX_BATCH_KEYS } from './sql/statements.js';
 import { validateInput } from './validation.js';
 import {
-  runCancellable,
   Waiting,
   type AttemptResult,
   type Follow,
@@ -203,15 +202,13 @@ export class LeaseClient implements AsyncDisposable {
   readonly #ownsPool: boolean;
   readonly #unwatchPool: (() => void) | undefined;
   readonly #owner: string | undefined;
-  #prepared: boolean;
+  readonly #wire: Wire;
   readonly #renewer: Coalescer<RenewItem, RenewCall>;
   readonly #releaser: Coalescer<ReleaseItem, LeaseStatus>;
   readonly #acquirer: Coalescer<AcquireItem, AcquiredRow> | undefined;
   readonly #group: KeepAliveGroup;
   readonly #calls: LeaseCalls;
   readonly #waiting: Waiting;
-  /** One statement of the client, as the batch helpers run it. */
-  readonly #run: RunStatement = (key, statement, values) => this.#query(key, statement, values);
 
   /**
    * @param database a `pg.Pool`, a dedicated `pg.Client` (connected, with an `error` listener:
@@ -232,29 +229,28 @@ export class LeaseClient implements AsyncDisposable {
     // next call opens a new connection, so the error is only reported (`connectionError`).
     if (isPool(this.#db)) this.#unwatchPool = watchPool(this.#db);
     this.#owner = options.owner;
-    this.#prepared = options.preparedStatements ?? true;
-    const run = this.#run;
+    const wire = (this.#wire = new Wire(this.#db, options.preparedStatements ?? true));
     const coalesce = options.coalesce ?? false;
     this.#renewer = new Coalescer<RenewItem, RenewCall>(
       byOwnerAndTtl,
-      (i) => this.#renew(i.key, i.owner, i.epoch, i.ttlMicroseconds),
-      (items) => renewMany(run, items),
+      (i) => renewOne(wire, i.key, i.owner, i.epoch, i.ttlMicroseconds),
+      (items) => renewMany(wire, items),
       coalesce,
     );
     // Without `coalesce` a release goes out at once, unless releaseMany holds the releaser open.
     this.#releaser = new Coalescer<ReleaseItem, LeaseStatus>(
       byOwnerAndTtl,
-      (i) => this.#release(i.key, i.owner, i.epoch),
-      (items) => releaseMany(run, items),
+      (i) => releaseOne(wire, i.key, i.owner, i.epoch),
+      (items) => releaseMany(wire, items),
       coalesce,
     );
     if (coalesce) {
       this.#acquirer = new Coalescer<AcquireItem, AcquiredRow>(
         byOwnerAndTtl,
-        (i) => this.#acquireOne(i.key, i.owner, i.ttlMicroseconds),
+        (i) => acquireOne(wire, i.key, i.owner, i.ttlMicroseconds),
         (items) =>
           acquireMany(
-            run,
+            wire,
             items.map((i) => i.key),
             items[0]!.owner,
             items[0]!.ttlMicroseconds,
@@ -395,7 +391,7 @@ export class LeaseClient implements AsyncDisposable {
     try {
       for (let start = 0; start < keys.length; start += MAX_BATCH_KEYS) {
         const rows = await acquireMany(
-          this.#run,
+          this.#wire,
           keys.slice(start, start + MAX_BATCH_KEYS),
           owner,
           ttlMicroseconds,
@@ -553,7 +549,7 @@ export class LeaseClient implements AsyncDisposable {
       .map((row) => ({ key: row.key, owner, epoch: row.epoch!, ttlMicroseconds }));
     let calls: RenewCall[];
     try {
-      calls = await renewMany(this.#run, items);
+      calls = await renewMany(this.#wire, items);
     } catch {
       return undefined;
     }
@@ -670,20 +666,7 @@ export class LeaseClient implements AsyncDisposable {
    */
   async inspect(key: string): Promise<LeaseState | null> {
     validateInput('inspect', { key });
-    const rows = await this.#query<{
-      held: boolean;
-      owner: string | null;
-      epoch: string;
-      expires_at: Date | null;
-    }>(key, STATEMENTS.inspect, [key]);
-    const row = rows[0];
-    if (!row) return null;
-    return {
-      held: row.held,
-      owner: row.owner,
-      epoch: BigInt(row.epoch),
-      expiresAt: row.expires_at,
-    };
+    return (await inspectOne(this.#wire, key)) ?? null;
   }
 
   /**
@@ -745,7 +728,8 @@ export class LeaseClient implements AsyncDisposable {
     options: { owner: string; epoch: bigint; ttl: Duration },
   ): Promise<RenewResult> {
     const input = validateInput('renew', { key, ...options });
-    const { status, expiresAt } = await this.#renew(
+    const { status, expiresAt } = await renewOne(
+      this.#wire,
       key,
       options.owner,
       input.epoch,
@@ -763,7 +747,7 @@ export class LeaseClient implements AsyncDisposable {
    */
   async release(key: string, options: { owner: string; epoch: bigint }): Promise<LeaseStatus> {
     const input = validateInput('release', { key, ...options });
-    return this.#release(key, options.owner, input.epoch);
+    return releaseOne(this.#wire, key, options.owner, input.epoch);
   }
 
   /**
@@ -808,7 +792,7 @@ export class LeaseClient implements AsyncDisposable {
     const row: AcquiredRow & { holder?: HolderState } =
       this.#acquirer && follow === undefined && signal === undefined
         ? await this.#acquirer.submit({ key, owner, ttlMicroseconds })
-        : await this.#acquireOne(key, owner, ttlMicroseconds, follow, signal);
+        : await acquireOne(this.#wire, key, owner, ttlMicroseconds, follow, signal);
     const receivedAt = performance.now();
     const { sentAt } = row;
     if (!row.acquired) return { lease: null, holder: row.holder, sentAt, receivedAt };
@@ -818,7 +802,7 @@ export class LeaseClient implements AsyncDisposable {
     // A lock wait between sending and the grant shortens that deadline by as much; after a
     // long one, measure again from a fresh send.
     if (receivedAt - sentAt > ttlMicroseconds / 1000 / 10)
-      deadline = Math.max(deadline, await this.#measureDeadline(key, owner, epoch));
+      deadline = Math.max(deadline, await measureDeadline(this.#wire, key, owner, epoch));
 
     const lease = new Lease(
       this.#calls,
@@ -827,251 +811,6 @@ export class LeaseClient implements AsyncDisposable {
     );
     return { lease, holder: undefined, sentAt, receivedAt };
   }
-
-  async #acquireOne(
-    key: string,
-    owner: string,
-    ttlMicroseconds: number,
-    follow?: Follow,
-    signal?: AbortSignal,
-  ): Promise<AcquiredRow & { holder?: HolderState }> {
-    const [statement, values]: [Statement, unknown[]] =
-      follow === undefined
-        ? [STATEMENTS.acquire, [key, owner, ttlMicroseconds]]
-        : 'watchMicroseconds' in follow
-          ? [STATEMENTS.acquireWatching, [key, owner, ttlMicroseconds, follow.watchMicroseconds]]
-          : [STATEMENTS.acquireInspecting, [key, owner, ttlMicroseconds]];
-    const sentAt = performance.now();
-    const rows = await this.#query<{
-      acquired: boolean;
-      epoch: string | null;
-      expires_ms: number | null;
-      remaining_us: number | null;
-      holder?: { held: boolean; notifies: boolean; remaining_us: number | null } | null;
-    }>(key, statement, values, signal);
-    const row = rows[0]!;
-    return {
-      key,
-      acquired: row.acquired,
-      epoch: row.epoch === null ? null : BigInt(row.epoch),
-      expiresAt: dateFromMs(row.expires_ms),
-      sentAt,
-      remainingMs: msFromUs(row.remaining_us),
-      ...(follow === undefined || row.acquired
-        ? {}
-        : {
-            holder: {
-              found: row.holder != null,
-              held: row.holder?.held === true,
-              notifies: row.holder?.notifies === true,
-              remainingMs: msFromUs(row.holder?.remaining_us),
-            },
-          }),
-    };
-  }
-
-  async #renew(
-    key: string,
-    owner: string,
-    epoch: bigint,
-    ttlMicroseconds: number,
-  ): Promise<RenewCall> {
-    const sentAt = performance.now();
-    const rows = await this.#query<{
-      status: LeaseStatus;
-      expires_ms: number | null;
-      remaining_us: number | null;
-    }>(key, STATEMENTS.renew, [key, owner, epoch.toString(), ttlMicroseconds]);
-    const row = rows[0]!;
-    return {
-      status: row.status,
-      expiresAt: dateFromMs(row.expires_ms),
-      sentAt,
-      remainingMs: msFromUs(row.remaining_us),
-    };
-  }
-
-  async #release(key: string, owner: string, epoch: bigint): Promise<LeaseStatus> {
-    const rows = await this.#query<{ status: LeaseStatus }>(key, STATEMENTS.release, [
-      key,
-      owner,
-      epoch.toString(),
-    ]);
-    return rows[0]!.status;
-  }
-
-  /**
-   * A deadline measured from a fresh send: the grant's time left per the server, if `owner`
-   * still holds `epoch`. Best effort; -Infinity when it cannot tell.
-   */
-  async #measureDeadline(key: string, owner: string, epoch: bigint): Promise<number> {
-    const sentAt = performance.now();
-    try {
-      const rows = await this.#query<{
-        owner: string | null;
-        epoch: string;
-        remaining_us: number | null;
-      }>(key, STATEMENTS.measureDeadline, [key]);
-      const row = rows[0];
-      if (row && row.owner === owner && BigInt(row.epoch) === epoch)
-        return sentAt + row.remaining_us! / 1000;
-    } catch {
-      // keep the deadline measured from the acquire
-    }
-    return -Infinity;
-  }
-
-  /** Runs one statement outside any transaction block; see the class comment. */
-  async #query<R extends pg.QueryResultRow>(
-    key: string,
-    statement: Statement,
-    values: unknown[],
-    signal?: AbortSignal,
-  ): Promise<R[]> {
-    if (!this.#prepared) return this.#send<R>(key, { text: statement.text, values }, signal);
-    try {
-      return await this.#send<R>(
-        key,
-        { name: statement.name, text: statement.text, values },
-        signal,
-      );
-    } catch (error) {
-      // A pooler in transaction mode that does not track prepared statements hands the next
-      // statement to another server connection, which does not know the name (26000) or
-      // already has it (42P05). The server refused the statement before running it, so it is
-      // sent again unnamed, and so is everything after it from this client.
-      const code = (error as { code?: unknown }).code;
-      if (!(error instanceof pg.DatabaseError) || (code !== '26000' && code !== '42P05'))
-        throw error;
-      this.#prepared = false;
-      return this.#send<R>(key, { text: statement.text, values }, signal);
-    }
-  }
-
-  async #send<R extends pg.QueryResultRow>(
-    key: string,
-    query: pg.QueryConfig,
-    signal: AbortSignal | undefined,
-  ): Promise<R[]> {
-    const db = this.#db;
-    if (!isPool(db))
-      return runCancellable(db, () => runOutsideTransaction<R>(db, key, query), signal);
-    const connection = await db.connect();
-    let broken: Error | undefined;
-    // A checked-out connection has no listener of the pool's: an error that arrives while no
-    // statement runs on it (waiting for a cancel request to close, say) would be thrown.
-    const onError = (error: Error) => (broken ??= error);
-    connection.on('error', onError);
-    try {
-      return await runCancellable(
-        connection,
-        () => runOutsideTransaction<R>(connection, key, query),
-        signal,
-      );
-    } catch (error) {
-      if (isBrokenBy(error)) broken = error as Error;
-      throw error;
-    } finally {
-      connection.off('error', onError);
-      connection.release(broken);
-    }
-  }
-}
-
-/** The 'error' listener on each pool in use by clients, and how many clients use it. */
-const watchedPools = new WeakMap<pg.Pool, { clients: number; listener: (error: Error) => void }>();
-
-/**
- * Listens for errors of `pool`'s idle connections (one listener however many clients share
- * the pool) and reports them; returns the function that stops, once the last client ends.
- */
-function watchPool(pool: pg.Pool): () => void {
-  let watch = watchedPools.get(pool);
-  if (!watch) {
-    const listener = (error: Error) => {
-      if (observed('connectionError')) publish('connectionError', { error, connection: 'idle' });
-    };
-    watch = { clients: 0, listener };
-    watchedPools.set(pool, watch);
-    pool.on('error', listener);
-  }
-  watch.clients++;
-  let done = false;
-  return () => {
-    if (done) return;
-    done = true;
-    if (--watch.clients > 0) return;
-    pool.off('error', watch.listener);
-    watchedPools.delete(pool);
-  };
-}
-
-async function runOutsideTransaction<R extends pg.QueryResultRow>(
-  connection: pg.ClientBase,
-  key: string,
-  query: pg.QueryConfig,
-): Promise<R[]> {
-  const status = connection.getTransactionStatus();
-  if (status === 'T' || status === 'E')
-    throw new LeaseError(
-      'in_transaction',
-      'pg_lease: the connection is inside a transaction block; lease calls run outside ' +
-        'transactions (use a pool, or call lease.* in SQL to make it part of yours)',
-    );
-  // A cancelled wait for the synchronous standbys still returns the rows, with a WARNING.
-  const notices = noticesOf(connection);
-  notices.unconfirmed = undefined;
-  let rows: R[];
-  try {
-    rows = (await connection.query<R>(query)).rows;
-  } catch (error) {
-    throw translateError(error, key);
-  }
-  const unconfirmed = notices.unconfirmed;
-  notices.unconfirmed = undefined;
-  if (unconfirmed)
-    throw new LeaseError('unconfirmed_commit', unconfirmedMessage(unconfirmed, key), {
-      cause: unconfirmed,
-    });
-  // On a dedicated client, another query may have opened a transaction block between the check
-  // above and this statement (a BEGIN queued ahead of it): the statement ran inside it, and a
-  // rollback would undo it. Its answer is not counted; the connection's status after the
-  // statement is the status its own ReadyForQuery reported.
-  if (connection.getTransactionStatus() !== 'I')
-    throw new LeaseError(
-      'in_transaction',
-      'pg_lease: the call ran inside a transaction block that another query on the connection ' +
-        'opened meanwhile; its result is not counted, since a rollback would undo it',
-    );
-  return rows;
-}
-
-/** What a connection's notices said during the client's statement on it (see noticesOf). */
-interface Notices {
-  /** The synchronous-commit WARNING of a cancelled wait for the standbys, if one came. */
-  unconfirmed: { message?: string } | undefined;
-}
-
-const NOTICES = new WeakMap<pg.ClientBase, Notices>();
-
-/**
- * The notice record of a connection, with its one listener, made at the connection's first
- * statement: a listener added and removed around every statement cost more than the statement's
- * own decoding. Statements on a connection run one at a time, so what arrives between a
- * statement's start and its answer is that statement's.
- */
-function noticesOf(connection: pg.ClientBase): Notices {
-  let notices = NOTICES.get(connection);
-  if (!notices) {
-    const record: Notices = { unconfirmed: undefined };
-    connection.on('notice', (notice: { message?: string }) => {
-      if (record.unconfirmed === undefined && isUnconfirmedCommit(notice))
-        record.unconfirmed = notice;
-    });
-    NOTICES.set(connection, record);
-    notices = record;
-  }
-  return notices;
 }
 
 /**

@@ -6,7 +6,7 @@
  * {@link LeaseFencedError}.
  */
 import pg from 'pg';
-import { isConnectionGone, isPool } from './connection.js';
+import { isConnectionGone, isPool } from './sql/connection.js';
 import {
   LeaseError,
   LeaseFencedError,

@@ -2,7 +2,7 @@
  * The keep-alive scheduler, one per LeaseClient, for one handle and for a million alike: every
  * live handle with keepAlive is renewed by one shared schedule instead of a timer of its own,
  * and the renewals due at one tick go out as one lease.renew_many statement per owner and ttl
- * (see Coalescer in batch.ts), or as the single call for one handle.
+ * (see Coalescer in coalescer.ts), or as the single call for one handle.
  *
  * Handles are grouped by their renewal interval (keepAlive.interval, or a third of the ttl);
  * each group has one timer, which ticks sixteen times per interval, and a timing wheel: every

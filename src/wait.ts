@@ -19,17 +19,16 @@
  * listens and tries, so a release wakes one attempt per client instead of a herd.
  */
 import { randomUUID } from 'node:crypto';
-import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import type { Duration } from './duration.js';
 import type { LeaseState } from './client.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
-import { isPool } from './connection.js';
+import { isPool } from './sql/connection.js';
 import { observed, publish } from './events.js';
 import { MAX_TIMER_MS } from './keeper.js';
 import { optionMs } from './validation.js';
-import { dateFromMs, EXPIRES_MS, REMAINING_US } from './statements.js';
+import { dateFromMs, EXPIRES_MS, REMAINING_US } from './sql/statements.js';
 
 /** The channel releases notify on; the payload is the key. */
 export const NOTIFY_CHANNEL = 'pg_lease';
@@ -596,29 +595,6 @@ class Notifier {
 }
 
 /**
- * Runs `run` on `connection`; if `signal` aborts first, asks the server to cancel whatever that
- * connection runs (a protocol cancel request, as psql's Ctrl-C), so that no statement is left
- * running. Resolves or rejects as the statement ended: a cancelled one with 57014.
- * @internal
- */
-export async function runCancellable<T>(
-  connection: pg.ClientBase,
-  run: () => Promise<T>,
-  signal: AbortSignal | undefined,
-): Promise<T> {
-  if (!signal) return run();
-  let cancelled: Promise<void> | undefined;
-  const onAbort = () => (cancelled = sendCancelRequest(connection));
-  signal.addEventListener('abort', onAbort, { once: true });
-  try {
-    return await run();
-  } finally {
-    signal.removeEventListener('abort', onAbort);
-    await cancelled;
-  }
-}
-
-/**
  * Why a wait ran out: the last answer said the key was held; the attempt at the deadline was
  * waiting for another transaction's row lock; or no attempt had answered at all.
  */
@@ -633,45 +609,4 @@ type TimeoutCause = 'held' | 'locked' | 'unanswered';
 function waitedForRowLock(error: unknown): boolean {
   const where = (error as { where?: unknown } | null)?.where;
   return typeof where === 'string' && /\(\d+,\d+\)/.test(where.split('\n', 1)[0]!);
-}
-
-/** How long a cancel request may take before its connection is dropped. */
-const CANCEL_TIMEOUT_MS = 10_000;
-
-/**
- * The CancelRequest message of the protocol, sent on a connection of its own. Resolves once the
- * other side has closed that connection, which it does after acting on the request, as libpq
- * waits: the connection goes back to the pool only then, so the cancel cannot reach the
- * statement that runs on it next. Closing from this side first also crashes PgBouncer 1.18
- * (`disconnect_client(): bad client state: 0`) when it is still forwarding the request.
- */
-function sendCancelRequest(connection: pg.ClientBase): Promise<void> {
-  const target = connection as unknown as {
-    processID?: number;
-    secretKey?: number;
-    host?: string;
-    port?: number;
-  };
-  if (target.processID === undefined || target.secretKey === undefined) return Promise.resolve();
-  const host = target.host ?? 'localhost';
-  const port = target.port ?? 5432;
-  return new Promise((resolve) => {
-    const socket = host.startsWith('/')
-      ? net.connect(`${host}/.s.PGSQL.${port}`)
-      : net.connect(port, host);
-    const message = Buffer.alloc(16);
-    message.writeInt32BE(16, 0);
-    message.writeInt32BE(80877102, 4);
-    message.writeInt32BE(target.processID!, 8);
-    message.writeInt32BE(target.secretKey!, 12);
-    const timer = setTimeout(() => socket.destroy(), CANCEL_TIMEOUT_MS);
-    socket.once('connect', () => socket.write(message));
-    socket.on('data', () => undefined); // nothing is expected; a reply is read and dropped
-    socket.once('end', () => socket.end());
-    socket.once('error', () => socket.destroy());
-    socket.once('close', () => {
-      clearTimeout(timer);
-      resolve();
-    });
-  });
 }

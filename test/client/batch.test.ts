@@ -15,7 +15,7 @@ import {
   type AcquireLateEvent,
   type Lease,
 } from '../../src/index.js';
-import { MAX_BATCH_KEYS } from '../../src/statements.js';
+import { MAX_BATCH_KEYS } from '../../src/sql/statements.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 

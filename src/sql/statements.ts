@@ -122,4 +122,4 @@ export const STATEMENTS = {
 } as const;
 
 /** Most keys one batch statement takes (the server's limit, `lease._max_keys()`). */
-export { MAX_BATCH_KEYS } from './generated/sql.js';
+export { MAX_BATCH_KEYS } from '../generated/sql.js';

@@ -1,0 +1,245 @@
+/**
+ * The client's statements, one typed function each: what it sends and how its answer is
+ * decoded (epochs as bigints, expiries as Dates from milliseconds, time left in milliseconds
+ * with the send time it counts from). Everything goes through the {@link Wire}.
+ */
+import { performance } from 'node:perf_hooks';
+import type { LeaseStatus, RenewCall } from '../lease.js';
+import type { Follow, HolderState } from '../wait.js';
+import { dateFromMs, msFromUs, STATEMENTS, type Statement } from './statements.js';
+import type { Wire } from './wire.js';
+
+/** One key's row of lease.acquire_many, with the send time its deadline starts from. @internal */
+export interface AcquiredRow {
+  key: string;
+  acquired: boolean;
+  epoch: bigint | null;
+  expiresAt: Date | null;
+  /** Monotonic time just before the statement was sent. */
+  sentAt: number;
+  remainingMs: number | null;
+}
+
+/** One non-blocking acquire; with `follow`, the holder's state after a denied attempt. @internal */
+export async function acquireOne(
+  wire: Wire,
+  key: string,
+  owner: string,
+  ttlMicroseconds: number,
+  follow?: Follow,
+  signal?: AbortSignal,
+): Promise<AcquiredRow & { holder?: HolderState }> {
+  const [statement, values]: [Statement, unknown[]] =
+    follow === undefined
+      ? [STATEMENTS.acquire, [key, owner, ttlMicroseconds]]
+      : 'watchMicroseconds' in follow
+        ? [STATEMENTS.acquireWatching, [key, owner, ttlMicroseconds, follow.watchMicroseconds]]
+        : [STATEMENTS.acquireInspecting, [key, owner, ttlMicroseconds]];
+  const sentAt = performance.now();
+  const rows = await wire.query<{
+    acquired: boolean;
+    epoch: string | null;
+    expires_ms: number | null;
+    remaining_us: number | null;
+    holder?: { held: boolean; notifies: boolean; remaining_us: number | null } | null;
+  }>(key, statement, values, signal);
+  const row = rows[0]!;
+  return {
+    key,
+    acquired: row.acquired,
+    epoch: row.epoch === null ? null : BigInt(row.epoch),
+    expiresAt: dateFromMs(row.expires_ms),
+    sentAt,
+    remainingMs: msFromUs(row.remaining_us),
+    ...(follow === undefined || row.acquired
+      ? {}
+      : {
+          holder: {
+            found: row.holder != null,
+            held: row.holder?.held === true,
+            notifies: row.holder?.notifies === true,
+            remainingMs: msFromUs(row.holder?.remaining_us),
+          },
+        }),
+  };
+}
+
+/** lease.renew of one grant. @internal */
+export async function renewOne(
+  wire: Wire,
+  key: string,
+  owner: string,
+  epoch: bigint,
+  ttlMicroseconds: number,
+): Promise<RenewCall> {
+  const sentAt = performance.now();
+  const rows = await wire.query<{
+    status: LeaseStatus;
+    expires_ms: number | null;
+    remaining_us: number | null;
+  }>(key, STATEMENTS.renew, [key, owner, epoch.toString(), ttlMicroseconds]);
+  const row = rows[0]!;
+  return {
+    status: row.status,
+    expiresAt: dateFromMs(row.expires_ms),
+    sentAt,
+    remainingMs: msFromUs(row.remaining_us),
+  };
+}
+
+/** lease.release of one grant. @internal */
+export async function releaseOne(
+  wire: Wire,
+  key: string,
+  owner: string,
+  epoch: bigint,
+): Promise<LeaseStatus> {
+  const rows = await wire.query<{ status: LeaseStatus }>(key, STATEMENTS.release, [
+    key,
+    owner,
+    epoch.toString(),
+  ]);
+  return rows[0]!.status;
+}
+
+/**
+ * A deadline measured from a fresh send: the grant's time left per the server, if `owner`
+ * still holds `epoch`. Best effort; -Infinity when it cannot tell. @internal
+ */
+export async function measureDeadline(
+  wire: Wire,
+  key: string,
+  owner: string,
+  epoch: bigint,
+): Promise<number> {
+  const sentAt = performance.now();
+  try {
+    const rows = await wire.query<{
+      owner: string | null;
+      epoch: string;
+      remaining_us: number | null;
+    }>(key, STATEMENTS.measureDeadline, [key]);
+    const row = rows[0];
+    if (row && row.owner === owner && BigInt(row.epoch) === epoch)
+      return sentAt + row.remaining_us! / 1000;
+  } catch {
+    // keep the deadline measured from the acquire
+  }
+  return -Infinity;
+}
+
+/** A key's state as lease.inspect reports it; undefined for a key never granted. @internal */
+export async function inspectOne(
+  wire: Wire,
+  key: string,
+): Promise<
+  { held: boolean; owner: string | null; epoch: bigint; expiresAt: Date | null } | undefined
+> {
+  const rows = await wire.query<{
+    held: boolean;
+    owner: string | null;
+    epoch: string;
+    expires_at: Date | null;
+  }>(key, STATEMENTS.inspect, [key]);
+  const row = rows[0];
+  if (!row) return undefined;
+  return { held: row.held, owner: row.owner, epoch: BigInt(row.epoch), expiresAt: row.expires_at };
+}
+
+/** An acquire with wait 0 as a batch statement takes it. @internal */
+export interface AcquireItem {
+  key: string;
+  owner: string;
+  ttlMicroseconds: number;
+}
+
+/** lease.acquire_many for one owner and ttl: one statement, at most 10000 keys. @internal */
+export async function acquireMany(
+  wire: Wire,
+  keys: readonly string[],
+  owner: string,
+  ttlMicroseconds: number,
+): Promise<AcquiredRow[]> {
+  const sentAt = performance.now();
+  const result = await wire.query<{
+    key: string;
+    acquired: boolean;
+    epoch: string | null;
+    expires_ms: number | null;
+    remaining_us: number | null;
+  }>(keys[0]!, STATEMENTS.acquireMany, [keys, owner, ttlMicroseconds]);
+  const remainingMs = leastRemainingMs(result);
+  return result.map((row) => ({
+    key: row.key,
+    acquired: row.acquired,
+    epoch: row.epoch === null ? null : BigInt(row.epoch),
+    expiresAt: dateFromMs(row.expires_ms),
+    sentAt,
+    remainingMs: row.remaining_us === null ? null : remainingMs,
+  }));
+}
+
+/**
+ * The time left of the grant that has least of it among one batch statement's rows. The server
+ * grants the keys of a batch one after the other, each at its own clock reading, so their
+ * expiries lie a little apart; every handle of the statement counts from the earliest, which
+ * never claims more than the server granted, and keeps the handles on one keep-alive tick.
+ */
+function leastRemainingMs(rows: readonly { remaining_us: number | null }[]): number | null {
+  let least: number | null = null;
+  for (const row of rows) {
+    if (row.remaining_us !== null && (least === null || row.remaining_us < least))
+      least = row.remaining_us;
+  }
+  return msFromUs(least);
+}
+
+/** A renew as a batch statement takes it. @internal */
+export interface RenewItem {
+  key: string;
+  owner: string;
+  epoch: bigint;
+  ttlMicroseconds: number;
+}
+
+/** lease.renew_many for renews of one owner and ttl; one RenewCall per item, in order. @internal */
+export async function renewMany(wire: Wire, items: RenewItem[]): Promise<RenewCall[]> {
+  const { owner, ttlMicroseconds } = items[0]!;
+  const sentAt = performance.now();
+  const rows = await wire.query<{
+    key: string;
+    status: LeaseStatus;
+    expires_ms: number | null;
+    remaining_us: number | null;
+  }>(items[0]!.key, STATEMENTS.renewMany, [
+    items.map((p) => p.key),
+    owner,
+    items.map((p) => p.epoch.toString()),
+    ttlMicroseconds,
+  ]);
+  // One row per key, in input order.
+  const remainingMs = leastRemainingMs(rows);
+  return rows.map((row) => ({
+    status: row.status,
+    expiresAt: dateFromMs(row.expires_ms),
+    sentAt,
+    remainingMs: row.remaining_us === null ? null : remainingMs,
+  }));
+}
+
+/** A release as a batch statement takes it. @internal */
+export interface ReleaseItem {
+  key: string;
+  owner: string;
+  epoch: bigint;
+}
+
+/** lease.release_many for releases of one owner; one status per item, in order. @internal */
+export async function releaseMany(wire: Wire, items: ReleaseItem[]): Promise<LeaseStatus[]> {
+  const rows = await wire.query<{ status: LeaseStatus }>(items[0]!.key, STATEMENTS.releaseMany, [
+    items.map((p) => p.key),
+    items[0]!.owner,
+    items.map((p) => p.epoch.toString()),
+  ]);
+  return rows.map((row) => row.status);
+}

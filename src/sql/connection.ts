@@ -1,0 +1,99 @@
+/**
+ * What the client knows about the connections it is given: whether it has a pool, when a
+ * connection must not be used again, and how a statement running on one is cancelled. Every
+ * module that takes a connection asks here.
+ */
+import * as net from 'node:net';
+import pg from 'pg';
+import { LeaseError } from '../errors.js';
+
+/** Whether `db` is a pool (the client's calls then each take a connection of it). @internal */
+export function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {
+  return 'totalCount' in db && typeof (db as pg.Pool).connect === 'function';
+}
+
+/**
+ * Whether the server said the connection is gone: SQLSTATE class 08 (connection exception) or
+ * 57P (admin shutdown, crash shutdown, cannot connect now), on the error or, for an error the
+ * client translated, on its cause. @internal
+ */
+export function isConnectionGone(error: unknown): boolean {
+  const cause = error instanceof LeaseError ? error.cause : error;
+  const code = (cause as { code?: unknown } | null | undefined)?.code;
+  return typeof code === 'string' && (code.startsWith('08') || code.startsWith('57P'));
+}
+
+/**
+ * Whether a connection that one of the client's own statements failed on must not be reused:
+ * anything but an error the server reported for the statement (or the client's own refusal,
+ * which sent nothing), since a driver error leaves the connection in an unknown state. @internal
+ */
+export function isBrokenBy(error: unknown): boolean {
+  if (error instanceof LeaseError) return isConnectionGone(error);
+  if (!(error instanceof pg.DatabaseError)) return true;
+  return isConnectionGone(error);
+}
+
+/**
+ * Runs `run` on `connection`; if `signal` aborts first, asks the server to cancel whatever that
+ * connection runs (a protocol cancel request, as psql's Ctrl-C), so that no statement is left
+ * running. Resolves or rejects as the statement ended: a cancelled one with 57014.
+ * @internal
+ */
+export async function runCancellable<T>(
+  connection: pg.ClientBase,
+  run: () => Promise<T>,
+  signal: AbortSignal | undefined,
+): Promise<T> {
+  if (!signal) return run();
+  let cancelled: Promise<void> | undefined;
+  const onAbort = () => (cancelled = sendCancelRequest(connection));
+  signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    return await run();
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+    await cancelled;
+  }
+}
+
+/** How long a cancel request may take before its connection is dropped. */
+const CANCEL_TIMEOUT_MS = 10_000;
+
+/**
+ * The CancelRequest message of the protocol, sent on a connection of its own. Resolves once the
+ * other side has closed that connection, which it does after acting on the request, as libpq
+ * waits: the connection goes back to the pool only then, so the cancel cannot reach the
+ * statement that runs on it next. Closing from this side first also crashes PgBouncer 1.18
+ * (`disconnect_client(): bad client state: 0`) when it is still forwarding the request.
+ */
+function sendCancelRequest(connection: pg.ClientBase): Promise<void> {
+  const target = connection as unknown as {
+    processID?: number;
+    secretKey?: number;
+    host?: string;
+    port?: number;
+  };
+  if (target.processID === undefined || target.secretKey === undefined) return Promise.resolve();
+  const host = target.host ?? 'localhost';
+  const port = target.port ?? 5432;
+  return new Promise((resolve) => {
+    const socket = host.startsWith('/')
+      ? net.connect(`${host}/.s.PGSQL.${port}`)
+      : net.connect(port, host);
+    const message = Buffer.alloc(16);
+    message.writeInt32BE(16, 0);
+    message.writeInt32BE(80877102, 4);
+    message.writeInt32BE(target.processID!, 8);
+    message.writeInt32BE(target.secretKey!, 12);
+    const timer = setTimeout(() => socket.destroy(), CANCEL_TIMEOUT_MS);
+    socket.once('connect', () => socket.write(message));
+    socket.on('data', () => undefined); // nothing is expected; a reply is read and dropped
+    socket.once('end', () => socket.end());
+    socket.once('error', () => socket.destroy());
+    socket.once('close', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}

@@ -3,7 +3,10 @@
  * connection string, and output as text or JSON.
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import pg from 'pg';
+import { LeaseClient } from '../client.js';
 import { LeaseInvalidInputError } from '../errors.js';
+import { connectionConfig } from './connection.js';
 import { UsageError } from './exit-codes.js';
 
 type Options = NonNullable<ParseArgsConfig['options']>;
@@ -69,11 +72,35 @@ export function required(values: Record<string, unknown>, name: string): string 
   return value;
 }
 
-/** The connection string: `--url`, else `DATABASE_URL`. */
-export function connectionString(values: { url?: string | undefined }): string {
-  const url = values.url ?? process.env.DATABASE_URL;
-  if (!url) throw new UsageError('no database: pass --url or set DATABASE_URL');
-  return url;
+/** A pool on the command's database (see connection.ts for where it connects). */
+export function openPool(values: { url?: string | undefined }, max = 10): pg.Pool {
+  const pool = new pg.Pool({ ...connectionConfig(values), max });
+  // An idle connection that breaks (server restart) is dropped; the next call reconnects.
+  pool.on('error', () => undefined);
+  return pool;
+}
+
+/** One client on the command's database, not yet connected. */
+export function openClient(values: { url?: string | undefined }): pg.Client {
+  const client = new pg.Client(connectionConfig(values));
+  client.on('error', () => undefined);
+  return client;
+}
+
+/** A LeaseClient on its own pool; `close()` ends both. */
+export function openLeaseClient(values: { url?: string | undefined }): {
+  client: LeaseClient;
+  close(): Promise<void>;
+} {
+  const pool = openPool(values);
+  const client = new LeaseClient(pool);
+  return {
+    client,
+    close: async () => {
+      await client.end();
+      await pool.end();
+    },
+  };
 }
 
 /**

@@ -12,6 +12,7 @@ import { LeaseClient } from '../client.js';
 import { LeaseLostError, STALE_EPOCH_MESSAGE } from '../errors.js';
 import { installPgLease } from '../install.js';
 import { parseCommand } from './common.js';
+import { connectionConfig } from './connection.js';
 import { commandHelp } from './help.js';
 import { EXIT } from './exit-codes.js';
 
@@ -24,6 +25,9 @@ export async function demoCommand(args: string[]): Promise<number> {
     process.stdout.write(`${commandHelp('demo')}\n`);
     return EXIT.OK;
   }
+  const url = values.url;
+  // The database as the other commands read --url (a bad one is a usage error, before anything).
+  let config = url === undefined ? undefined : connectionConfig({ url });
   const start = performance.now();
   let timelineStart = start;
   const say = (line = '') => process.stdout.write(`${line}\n`);
@@ -35,7 +39,6 @@ export async function demoCommand(args: string[]): Promise<number> {
   say('pg-lease demo: three workers compete for one job, holding it with a 2-second lease.');
   say();
   let cluster: DemoCluster | undefined;
-  let url = values.url;
   // A shared database gets names of its own, so that runs never see each other's keys.
   const suffix = url ? `_${randomBytes(3).toString('hex')}` : '';
   const job = `job-42${suffix.replace('_', '-')}`;
@@ -45,12 +48,14 @@ export async function demoCommand(args: string[]): Promise<number> {
   if (!url) {
     say('Starting a throwaway PostgreSQL server (private data dir, port and socket dir)...');
     cluster = await startThrowawayServer();
-    url = await cluster.createDatabase('pg_lease_demo', { extension: false });
+    config = {
+      connectionString: await cluster.createDatabase('pg_lease_demo', { extension: false }),
+    };
     say(`PostgreSQL ${cluster.installation.version} is up on 127.0.0.1:${cluster.port}.`);
   }
-  const admin = new pg.Client({ connectionString: url });
+  const admin = new pg.Client(config!);
   admin.on('error', () => undefined);
-  const pool = new pg.Pool({ connectionString: url, max: 10 });
+  const pool = new pg.Pool({ ...config, max: 10 });
   pool.on('error', () => undefined);
   let tableCreated = false;
   try {

@@ -6,10 +6,9 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { LeaseClient } from '../client.js';
 import { LeaseAbortedError, LeaseInvalidInputError, LeaseTimeoutError } from '../errors.js';
 import { checkDuration } from '../validation.js';
-import { connectionString, parseCommand, required, warn } from './common.js';
+import { openLeaseClient, parseCommand, required, warn } from './common.js';
 import { commandHelp } from './help.js';
 import { EXIT, UsageError } from './exit-codes.js';
 
@@ -63,7 +62,7 @@ export async function execCommand(args: string[]): Promise<number> {
   };
   for (const signal of FORWARDED_SIGNALS) process.on(signal, onSignal);
 
-  const client = new LeaseClient(connectionString(values));
+  const { client, close } = openLeaseClient(values);
   try {
     let lease;
     if (verbose && values.wait !== undefined) warn(`waiting up to ${values.wait} for ${key}`);
@@ -172,7 +171,7 @@ export async function execCommand(args: string[]): Promise<number> {
     return outcome.code ?? EXIT.FAILURE;
   } finally {
     for (const signal of FORWARDED_SIGNALS) process.off(signal, onSignal);
-    await client.end();
+    await close();
   }
 }
 

@@ -1,9 +1,8 @@
 /**
  * `pg-lease install`: put pg_lease into a database.
  */
-import pg from 'pg';
 import { PgLeaseDowngradeError, installPgLease } from '../install.js';
-import { connectionString, parseCommand, print, warn } from './common.js';
+import { openClient, parseCommand, print, warn } from './common.js';
 import { commandHelp } from './help.js';
 import { EXIT } from './exit-codes.js';
 
@@ -19,8 +18,7 @@ export async function installCommand(args: string[]): Promise<number> {
     return EXIT.OK;
   }
   const fromBundle = values['from-bundle'];
-  const client = new pg.Client({ connectionString: connectionString(values) });
-  client.on('error', () => undefined);
+  const client = openClient(values);
   await client.connect();
   try {
     const result = await installPgLease(client, { fromBundle });

@@ -73,8 +73,13 @@ function report(
 ): number {
   const help = command ? `run pg-lease ${command} --help` : 'run pg-lease --help';
   if (error instanceof UsageError) {
-    if (json) printJsonError({ message: error.message, code: 'usage' });
-    warn(`${error.message}; ${help}`);
+    if (json)
+      printJsonError({
+        message: error.message,
+        code: 'usage',
+        ...(error.hint ? { hint: error.hint } : {}),
+      });
+    warn(`${error.message}${error.hint ? `\nhint: ${error.hint}` : `; ${help}`}`);
     return EXIT.USAGE;
   }
   if (error instanceof LeaseInvalidInputError) {

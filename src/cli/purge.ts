@@ -2,8 +2,7 @@
  * `pg-lease purge`: deletes keys that have been free or lapsed for a while (`lease.purge`).
  */
 import pg from 'pg';
-import { LeaseClient } from '../client.js';
-import { connectionString, parseCommand, print, required } from './common.js';
+import { openLeaseClient, parseCommand, print, required } from './common.js';
 import { commandHelp } from './help.js';
 import { EXIT, UsageError } from './exit-codes.js';
 
@@ -23,7 +22,7 @@ export async function purgeCommand(args: string[]): Promise<number> {
     if (!/^\d+$/.test(values.batch) || !Number.isSafeInteger(batch) || batch < 1)
       throw new UsageError(`--batch must be a positive whole number, got "${values.batch}"`);
   }
-  const client = new LeaseClient(connectionString(values));
+  const { client, close } = openLeaseClient(values);
   try {
     const purged = await client.purge({ olderThan, ...(batch === undefined ? {} : { batch }) });
     print(
@@ -38,6 +37,6 @@ export async function purgeCommand(args: string[]): Promise<number> {
         ' (lease.purge is for the role that created the extension and the roles it grants EXECUTE to)';
     throw error;
   } finally {
-    await client.end();
+    await close();
   }
 }

@@ -7,10 +7,9 @@
  * cleanly: the cursor comes back, the connection closes, and the exit code is 0.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { LeaseClient } from '../client.js';
 import { LeaseInvalidInputError } from '../errors.js';
 import { checkDuration } from '../validation.js';
-import { connectionString, parseCommand, toJson } from './common.js';
+import { openLeaseClient, parseCommand, toJson } from './common.js';
 import { commandHelp } from './help.js';
 import { EXIT, UsageError } from './exit-codes.js';
 import { leaseTable, LIST_OPTIONS } from './list.js';
@@ -44,7 +43,7 @@ export async function watchCommand(args: string[]): Promise<number> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   const tty = process.stdout.isTTY === true && !values.json;
-  const client = new LeaseClient(connectionString(values));
+  const { client, close } = openLeaseClient(values);
   if (tty) process.stdout.write(HIDE_CURSOR);
   try {
     for (let shown = 0; shown < count && !stop.signal.aborted;) {
@@ -80,7 +79,7 @@ export async function watchCommand(args: string[]): Promise<number> {
     return EXIT.OK;
   } finally {
     if (tty) process.stdout.write(SHOW_CURSOR);
-    await client.end();
+    await close();
     process.removeListener('SIGINT', onSignal);
     process.removeListener('SIGTERM', onSignal);
   }

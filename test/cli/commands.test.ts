@@ -267,9 +267,6 @@ describe('pg-lease errors and usage', () => {
     assert.match(unknown.stderr, /bogus/);
     const noCommand = await runCli(['frobnicate']);
     assert.equal(noCommand.code, 64);
-    const noDatabase = await runCli(['inspect', '--key', 'k']);
-    assert.equal(noDatabase.code, 64);
-    assert.match(noDatabase.stderr, /pass --url or set DATABASE_URL/);
     const badEpoch = await runCli([
       'release',
       '--url',

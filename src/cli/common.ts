@@ -7,6 +7,7 @@ import pg from 'pg';
 import { LeaseClient } from '../client.js';
 import { LeaseInvalidInputError } from '../errors.js';
 import { connectionConfig } from './connection.js';
+import { flagHint } from './errors.js';
 import { UsageError } from './exit-codes.js';
 
 type Options = NonNullable<ParseArgsConfig['options']>;
@@ -61,15 +62,44 @@ export function parseCommand<T extends Options>(args: string[], options: T): Par
       allowPositionals: false,
     });
   } catch (error) {
-    throw new UsageError((error as Error).message);
+    throw parseError(error as Error & { code?: string });
+  }
+}
+
+/** node:util's parseArgs errors, worded like the rest of the CLI's. */
+function parseError(error: Error & { code?: string }): UsageError {
+  const quoted = /'([^']*)'/.exec(error.message)?.[1] ?? '';
+  const flag = quoted.split(' ')[0]!;
+  switch (error.code) {
+    case 'ERR_PARSE_ARGS_UNKNOWN_OPTION':
+      return new UsageError(`unknown option ${flag}`);
+    case 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL':
+      return new UsageError(`unexpected argument ${JSON.stringify(quoted)}`, {
+        hint: 'every value follows its option (--key K); exec takes its command after --',
+      });
+    case 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE':
+      return / argument missing$/.test(error.message)
+        ? new UsageError(`${flag} needs a value`, flagHint(flag) ? { hint: flagHint(flag)! } : {})
+        : new UsageError(`${flag} takes no value`);
+    default:
+      return new UsageError(error.message);
   }
 }
 
 /** The value of a required string option. */
 export function required(values: Record<string, unknown>, name: string): string {
   const value = values[name];
-  if (typeof value !== 'string') throw new UsageError(`--${name} is required`);
+  if (typeof value !== 'string') {
+    const hint = flagHint(`--${name}`);
+    throw new UsageError(`--${name} is required`, hint ? { hint } : {});
+  }
   return value;
+}
+
+/** Whether the command's arguments (before any `--`) ask for JSON. */
+export function wantsJson(args: string[]): boolean {
+  const separator = args.indexOf('--');
+  return (separator === -1 ? args : args.slice(0, separator)).includes('--json');
 }
 
 /** A pool on the command's database (see connection.ts for where it connects). */
@@ -109,9 +139,7 @@ export function openLeaseClient(values: { url?: string | undefined }): {
  */
 export function parseEpoch(text: string): bigint {
   if (!/^[+-]?\d+$/.test(text.trim()))
-    throw new LeaseInvalidInputError(`epoch must be a whole number, got ${JSON.stringify(text)}`, {
-      hint: 'epoch is the one acquire returned.',
-    });
+    throw new LeaseInvalidInputError(`epoch must be a whole number, got ${JSON.stringify(text)}`);
   return BigInt(text.trim());
 }
 

@@ -11,7 +11,7 @@ import pg from 'pg';
 import { LeaseClient } from '../client.js';
 import { LeaseLostError, STALE_EPOCH_MESSAGE } from '../errors.js';
 import { installPgLease } from '../install.js';
-import { parseCommand } from './common.js';
+import { parseCommand, toJson } from './common.js';
 import { connectionConfig } from './connection.js';
 import { commandHelp } from './help.js';
 import { EXIT } from './exit-codes.js';
@@ -30,10 +30,18 @@ export async function demoCommand(args: string[]): Promise<number> {
   let config = url === undefined ? undefined : connectionConfig({ url });
   const start = performance.now();
   let timelineStart = start;
-  const say = (line = '') => process.stdout.write(`${line}\n`);
+  // With --json every line is an object of its own: {"note"} for the story, {"t", "who",
+  // "event"} for a step of the timeline, and {"done", "seconds"} at the end.
+  const json = values.json;
+  const emit = (value: Record<string, unknown>) => process.stdout.write(`${toJson(value)}\n`);
+  const say = (line = '') => {
+    if (!json) process.stdout.write(`${line}\n`);
+    else if (line !== '') emit({ note: line });
+  };
   const at = (who: string, what: string) => {
-    const seconds = ((performance.now() - timelineStart) / 1000).toFixed(2).padStart(6);
-    say(`  ${seconds}s  ${who.padEnd(9)} ${what}`);
+    const seconds = (performance.now() - timelineStart) / 1000;
+    if (json) emit({ t: Number(seconds.toFixed(3)), who, event: what });
+    else say(`  ${seconds.toFixed(2).padStart(6)}s  ${who.padEnd(9)} ${what}`);
   };
 
   say('pg-lease demo: three workers compete for one job, holding it with a 2-second lease.');
@@ -185,9 +193,12 @@ export async function demoCommand(args: string[]): Promise<number> {
     await admin.end().catch(() => undefined);
     if (cluster) await cluster.destroy();
   }
-  say(
-    `Done in ${((performance.now() - start) / 1000).toFixed(1)}s${cluster ? '; the throwaway server is stopped and removed.' : '.'}`,
-  );
+  const seconds = (performance.now() - start) / 1000;
+  if (json) emit({ done: true, seconds: Number(seconds.toFixed(1)) });
+  else
+    say(
+      `Done in ${seconds.toFixed(1)}s${cluster ? '; the throwaway server is stopped and removed.' : '.'}`,
+    );
   return EXIT.OK;
 }
 

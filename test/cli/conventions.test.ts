@@ -115,6 +115,33 @@ describe('where the CLI connects without --url or DATABASE_URL, as psql would', 
       );
   });
 
+  test("without any host, libpq's default socket directory /tmp when it has the socket", async (t) => {
+    const key = await heldKey();
+    const { user, dbname } = parts();
+    const { rows } = await db.pool.query<{ dir: string }>(
+      'SELECT split_part(current_setting($1), $2, 1) AS dir',
+      ['unix_socket_directories', ','],
+    );
+    const { port } = parts();
+    // A port nothing listens on over TCP: only the socket, linked into /tmp, reaches the server.
+    const socketPort = String(40_000 + Math.floor(Math.random() * 20_000));
+    const link = `/tmp/.s.PGSQL.${socketPort}`;
+    if (fs.existsSync(`/var/run/postgresql/.s.PGSQL.${socketPort}`)) {
+      t.skip('a server has that socket in /var/run/postgresql, which comes first');
+      return;
+    }
+    fs.symlinkSync(path.join(rows[0]!.dir.trim(), `.s.PGSQL.${port}`), link);
+    try {
+      const result = await runCli(
+        ['inspect', '--key', key],
+        pgEnv({ PGPORT: socketPort, PGUSER: user, PGDATABASE: dbname }),
+      );
+      assertReached(result, key);
+    } finally {
+      fs.rmSync(link, { force: true });
+    }
+  });
+
   test('a keyword=value connection string, as psql takes it', async () => {
     const key = await heldKey();
     const { host, port, user, dbname } = parts();

@@ -3,7 +3,11 @@
  * connection string, and output as text or JSON.
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import pg from 'pg';
+import { LeaseClient } from '../client.js';
 import { LeaseInvalidInputError } from '../errors.js';
+import { connectionConfig } from './connection.js';
+import { flagHint } from './errors.js';
 import { UsageError } from './exit-codes.js';
 
 type Options = NonNullable<ParseArgsConfig['options']>;
@@ -58,22 +62,75 @@ export function parseCommand<T extends Options>(args: string[], options: T): Par
       allowPositionals: false,
     });
   } catch (error) {
-    throw new UsageError((error as Error).message);
+    throw parseError(error as Error & { code?: string });
+  }
+}
+
+/** node:util's parseArgs errors, worded like the rest of the CLI's. */
+function parseError(error: Error & { code?: string }): UsageError {
+  const quoted = /'([^']*)'/.exec(error.message)?.[1] ?? '';
+  const flag = quoted.split(' ')[0]!;
+  switch (error.code) {
+    case 'ERR_PARSE_ARGS_UNKNOWN_OPTION':
+      return new UsageError(`unknown option ${flag}`);
+    case 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL':
+      return new UsageError(`unexpected argument ${JSON.stringify(quoted)}`, {
+        hint: 'every value follows its option (--key K); exec takes its command after --',
+      });
+    case 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE':
+      return / argument missing$/.test(error.message)
+        ? new UsageError(`${flag} needs a value`, flagHint(flag) ? { hint: flagHint(flag)! } : {})
+        : new UsageError(`${flag} takes no value`);
+    default:
+      return new UsageError(error.message);
   }
 }
 
 /** The value of a required string option. */
 export function required(values: Record<string, unknown>, name: string): string {
   const value = values[name];
-  if (typeof value !== 'string') throw new UsageError(`--${name} is required`);
+  if (typeof value !== 'string') {
+    const hint = flagHint(`--${name}`);
+    throw new UsageError(`--${name} is required`, hint ? { hint } : {});
+  }
   return value;
 }
 
-/** The connection string: `--url`, else `DATABASE_URL`. */
-export function connectionString(values: { url?: string | undefined }): string {
-  const url = values.url ?? process.env.DATABASE_URL;
-  if (!url) throw new UsageError('no database: pass --url or set DATABASE_URL');
-  return url;
+/** Whether the command's arguments (before any `--`) ask for JSON. */
+export function wantsJson(args: string[]): boolean {
+  const separator = args.indexOf('--');
+  return (separator === -1 ? args : args.slice(0, separator)).includes('--json');
+}
+
+/** A pool on the command's database (see connection.ts for where it connects). */
+export function openPool(values: { url?: string | undefined }, max = 10): pg.Pool {
+  const pool = new pg.Pool({ ...connectionConfig(values), max });
+  // An idle connection that breaks (server restart) is dropped; the next call reconnects.
+  pool.on('error', () => undefined);
+  return pool;
+}
+
+/** One client on the command's database, not yet connected. */
+export function openClient(values: { url?: string | undefined }): pg.Client {
+  const client = new pg.Client(connectionConfig(values));
+  client.on('error', () => undefined);
+  return client;
+}
+
+/** A LeaseClient on its own pool; `close()` ends both. */
+export function openLeaseClient(values: { url?: string | undefined }): {
+  client: LeaseClient;
+  close(): Promise<void>;
+} {
+  const pool = openPool(values);
+  const client = new LeaseClient(pool);
+  return {
+    client,
+    close: async () => {
+      await client.end();
+      await pool.end();
+    },
+  };
 }
 
 /**
@@ -82,9 +139,7 @@ export function connectionString(values: { url?: string | undefined }): string {
  */
 export function parseEpoch(text: string): bigint {
   if (!/^[+-]?\d+$/.test(text.trim()))
-    throw new LeaseInvalidInputError(`epoch must be a whole number, got ${JSON.stringify(text)}`, {
-      hint: 'epoch is the one acquire returned.',
-    });
+    throw new LeaseInvalidInputError(`epoch must be a whole number, got ${JSON.stringify(text)}`);
   return BigInt(text.trim());
 }
 

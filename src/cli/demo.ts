@@ -11,7 +11,8 @@ import pg from 'pg';
 import { LeaseClient } from '../client.js';
 import { LeaseLostError, STALE_EPOCH_MESSAGE } from '../errors.js';
 import { installPgLease } from '../install.js';
-import { parseCommand } from './common.js';
+import { parseCommand, toJson } from './common.js';
+import { connectionConfig } from './connection.js';
 import { commandHelp } from './help.js';
 import { EXIT } from './exit-codes.js';
 
@@ -24,18 +25,28 @@ export async function demoCommand(args: string[]): Promise<number> {
     process.stdout.write(`${commandHelp('demo')}\n`);
     return EXIT.OK;
   }
+  const url = values.url;
+  // The database as the other commands read --url (a bad one is a usage error, before anything).
+  let config = url === undefined ? undefined : connectionConfig({ url });
   const start = performance.now();
   let timelineStart = start;
-  const say = (line = '') => process.stdout.write(`${line}\n`);
+  // With --json every line is an object of its own: {"note"} for the story, {"t", "who",
+  // "event"} for a step of the timeline, and {"done", "seconds"} at the end.
+  const json = values.json;
+  const emit = (value: Record<string, unknown>) => process.stdout.write(`${toJson(value)}\n`);
+  const say = (line = '') => {
+    if (!json) process.stdout.write(`${line}\n`);
+    else if (line !== '') emit({ note: line });
+  };
   const at = (who: string, what: string) => {
-    const seconds = ((performance.now() - timelineStart) / 1000).toFixed(2).padStart(6);
-    say(`  ${seconds}s  ${who.padEnd(9)} ${what}`);
+    const seconds = (performance.now() - timelineStart) / 1000;
+    if (json) emit({ t: Number(seconds.toFixed(3)), who, event: what });
+    else say(`  ${seconds.toFixed(2).padStart(6)}s  ${who.padEnd(9)} ${what}`);
   };
 
   say('pg-lease demo: three workers compete for one job, holding it with a 2-second lease.');
   say();
   let cluster: DemoCluster | undefined;
-  let url = values.url;
   // A shared database gets names of its own, so that runs never see each other's keys.
   const suffix = url ? `_${randomBytes(3).toString('hex')}` : '';
   const job = `job-42${suffix.replace('_', '-')}`;
@@ -45,12 +56,14 @@ export async function demoCommand(args: string[]): Promise<number> {
   if (!url) {
     say('Starting a throwaway PostgreSQL server (private data dir, port and socket dir)...');
     cluster = await startThrowawayServer();
-    url = await cluster.createDatabase('pg_lease_demo', { extension: false });
+    config = {
+      connectionString: await cluster.createDatabase('pg_lease_demo', { extension: false }),
+    };
     say(`PostgreSQL ${cluster.installation.version} is up on 127.0.0.1:${cluster.port}.`);
   }
-  const admin = new pg.Client({ connectionString: url });
+  const admin = new pg.Client(config!);
   admin.on('error', () => undefined);
-  const pool = new pg.Pool({ connectionString: url, max: 10 });
+  const pool = new pg.Pool({ ...config, max: 10 });
   pool.on('error', () => undefined);
   let tableCreated = false;
   try {
@@ -180,9 +193,12 @@ export async function demoCommand(args: string[]): Promise<number> {
     await admin.end().catch(() => undefined);
     if (cluster) await cluster.destroy();
   }
-  say(
-    `Done in ${((performance.now() - start) / 1000).toFixed(1)}s${cluster ? '; the throwaway server is stopped and removed.' : '.'}`,
-  );
+  const seconds = (performance.now() - start) / 1000;
+  if (json) emit({ done: true, seconds: Number(seconds.toFixed(1)) });
+  else
+    say(
+      `Done in ${seconds.toFixed(1)}s${cluster ? '; the throwaway server is stopped and removed.' : '.'}`,
+    );
   return EXIT.OK;
 }
 

@@ -6,10 +6,10 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { LeaseClient } from '../client.js';
 import { LeaseAbortedError, LeaseInvalidInputError, LeaseTimeoutError } from '../errors.js';
 import { checkDuration } from '../validation.js';
-import { connectionString, parseCommand, required, warn } from './common.js';
+import { openLeaseClient, parseCommand, print, required, warn } from './common.js';
+import { printFailure } from './errors.js';
 import { commandHelp } from './help.js';
 import { EXIT, UsageError } from './exit-codes.js';
 
@@ -48,6 +48,15 @@ export async function execCommand(args: string[]): Promise<number> {
   const ttl = required(values, 'ttl');
   const graceMs = graceMilliseconds(values.grace ?? DEFAULT_GRACE);
   const verbose = values.verbose;
+  const json = values.json;
+  /** pg-lease's own outcome: one JSON object on stdout with --json, else a line on stderr. */
+  const outcome = (text: string, value: Record<string, unknown>) =>
+    json ? print(true, text, value) : warn(text);
+  /** A failure of pg-lease's own, printed as every command prints one. */
+  const failed = (code: string, message: string, exit: number): number => {
+    printFailure(json, { code, message });
+    return exit;
+  };
 
   // One handler for the whole run, installed before anything can be signalled: while waiting
   // a signal stops the wait (nothing is acquired); once the command is started it is passed on
@@ -63,7 +72,7 @@ export async function execCommand(args: string[]): Promise<number> {
   };
   for (const signal of FORWARDED_SIGNALS) process.on(signal, onSignal);
 
-  const client = new LeaseClient(connectionString(values));
+  const { client, close } = openLeaseClient(values);
   try {
     let lease;
     if (verbose && values.wait !== undefined) warn(`waiting up to ${values.wait} for ${key}`);
@@ -78,24 +87,40 @@ export async function execCommand(args: string[]): Promise<number> {
     } catch (error) {
       if (error instanceof LeaseAbortedError) {
         const signal = stopWaiting.signal.reason as NodeJS.Signals;
-        warn(`not acquired: ${signal} stopped the wait for ${key}`);
+        outcome(`not acquired: ${signal} stopped the wait for ${key}`, {
+          acquired: false,
+          key,
+          reason: 'signal',
+          signal,
+        });
         return 128 + (os.constants.signals[signal] ?? 0);
       }
       if (!(error instanceof LeaseTimeoutError)) throw error;
-      warn(`not acquired: ${key} was still held when --wait ran out`);
+      outcome(`not acquired: ${key} was still held when --wait ran out`, {
+        acquired: false,
+        key,
+        reason: 'timeout',
+      });
       return EXIT.NOT_ACQUIRED;
     }
     acquired = true;
     if (!lease) {
-      warn(`not acquired: ${key} is held by another owner`);
+      outcome(`not acquired: ${key} is held by another owner`, {
+        acquired: false,
+        key,
+        reason: 'held',
+      });
       return EXIT.NOT_ACQUIRED;
     }
     if (verbose) warn(`holding ${key} as ${lease.owner}, epoch ${lease.epoch}`);
     if (lease.lost) {
       // Granted, but too late to be of use (a wait that ate the whole ttl): do not start.
-      warn(`${describeLoss(lease.lost)}; not running the command`);
       await lease.release().catch(() => undefined);
-      return EXIT.LOST;
+      return failed(
+        'lease_lost',
+        `${describeLoss(lease.lost)}; not running the command`,
+        EXIT.LOST,
+      );
     }
 
     // detached: the command leads a process group (and session) of its own, so that loss and
@@ -134,25 +159,30 @@ export async function execCommand(args: string[]): Promise<number> {
     const onLoss = () => {
       const lost = lease.lost;
       if (!lost) return; // released: the command has exited already
-      warn(
-        `${describeLoss(lost)}; stopping the command (SIGTERM, SIGKILL after ${values.grace ?? DEFAULT_GRACE})`,
-      );
+      if (!json)
+        warn(
+          `${describeLoss(lost)}; stopping the command (SIGTERM, SIGKILL after ${values.grace ?? DEFAULT_GRACE})`,
+        );
       signalGroup('SIGTERM');
       killTimer = setTimeout(() => signalGroup('SIGKILL'), graceMs);
     };
     lease.signal.addEventListener('abort', onLoss, { once: true });
 
-    let outcome;
+    let ended;
     let lostWhileRunning;
+    let released: string | undefined;
     try {
-      outcome = await exited;
+      ended = await exited;
       lostWhileRunning = lease.lost;
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
-      warn(`cannot run ${command[0]}: ${(error as Error).message}`);
-      return code === 'ENOENT' || (code === 'EACCES' && !onPath(command[0]!))
-        ? EXIT.NOT_FOUND
-        : EXIT.CANNOT_EXECUTE;
+      return failed(
+        code ?? 'error',
+        `cannot run ${command[0]}: ${(error as Error).message}`,
+        code === 'ENOENT' || (code === 'EACCES' && !onPath(command[0]!))
+          ? EXIT.NOT_FOUND
+          : EXIT.CANNOT_EXECUTE,
+      );
     } finally {
       clearTimeout(killTimer);
       lease.signal.removeEventListener('abort', onLoss);
@@ -161,18 +191,42 @@ export async function execCommand(args: string[]): Promise<number> {
       signalGroup('SIGTERM');
       await lease.release().then(
         (status) => {
-          if (verbose || (status !== 'ok' && !lease.lost)) warn(`released ${key}: ${status}`);
+          released = status;
+          if (!json && (verbose || (status !== 'ok' && !lease.lost)))
+            warn(`released ${key}: ${status}`);
         },
-        (error: unknown) =>
-          warn(`could not release ${key} (it lapses at its expiry): ${(error as Error).message}`),
+        (error: unknown) => {
+          released = `error: ${(error as Error).message}`;
+          if (!json)
+            warn(`could not release ${key} (it lapses at its expiry): ${(error as Error).message}`);
+        },
       );
     }
-    if (lostWhileRunning) return EXIT.LOST;
-    if (outcome.signal) return 128 + (os.constants.signals[outcome.signal] ?? 0);
-    return outcome.code ?? EXIT.FAILURE;
+    if (lostWhileRunning) {
+      // As text, the loss was told when it happened (it stopped the command).
+      if (json)
+        printFailure(true, {
+          code: 'lease_lost',
+          message: `${describeLoss(lostWhileRunning)}; the command was stopped`,
+        });
+      return EXIT.LOST;
+    }
+    const exit = ended.signal
+      ? 128 + (os.constants.signals[ended.signal] ?? 0)
+      : (ended.code ?? EXIT.FAILURE);
+    if (json)
+      print(true, '', {
+        key: lease.key,
+        owner: lease.owner,
+        epoch: lease.epoch,
+        exitCode: ended.code,
+        signal: ended.signal,
+        released,
+      });
+    return exit;
   } finally {
     for (const signal of FORWARDED_SIGNALS) process.off(signal, onSignal);
-    await client.end();
+    await close();
   }
 }
 

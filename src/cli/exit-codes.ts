@@ -19,7 +19,13 @@ export const EXIT = {
   NOT_FOUND: 127,
 } as const;
 
-/** Thrown for a bad command line; main prints it with the usage hint and exits 64. */
+/** Thrown for a bad command line; main prints it with its hint (else a pointer to --help), exit 64. */
 export class UsageError extends Error {
   override name = 'UsageError';
+  /** What to do instead, when there is more to say than "run pg-lease <command> --help". */
+  readonly hint: string | undefined;
+  constructor(message: string, options: { hint?: string } = {}) {
+    super(message);
+    this.hint = options.hint;
+  }
 }

@@ -9,7 +9,7 @@ import { BUNDLED_VERSION } from '../generated/sql.js';
 export interface CommandHelp {
   /** The command's name, as typed after `pg-lease`. */
   readonly name: string;
-  /** Its options, after the name. */
+  /** Its own options, after the name (the common ones are added by {@link synopsisLine}). */
   readonly synopsis: string;
   /** One line for the list of commands. */
   readonly summary: string;
@@ -115,7 +115,7 @@ extension (remove them with DROP SCHEMA lease CASCADE).`,
   },
   {
     name: 'demo',
-    synopsis: '[--url URL]',
+    synopsis: '',
     summary: 'watch leases at work on a throwaway server',
     description: `Shows pg_lease at work, as a timeline: workers race for a job, the winner heartbeats and
 then hangs, its lease lapses, another worker takes over with a greater epoch, and the
@@ -129,8 +129,13 @@ pg_lease if missing) and drops the table it creates; the lease rows stay.`,
 
 /** Options every command takes. */
 export const COMMON_OPTIONS_HELP: readonly { flags: string; text: string }[] = [
-  { flags: '--url URL', text: 'connection string (default: $DATABASE_URL)' },
-  { flags: '--json', text: 'print one JSON object instead of text, errors included' },
+  {
+    flags: '--url URL',
+    text:
+      'postgres:// URL or connection string (default: $DATABASE_URL, else PGHOST,\n' +
+      'PGPORT, PGUSER, PGDATABASE, PGPASSWORD, PGSERVICE as psql reads them)',
+  },
+  { flags: '--json', text: 'print JSON instead of text, errors included ({"error": {...}})' },
   { flags: '-h, --help', text: 'help for the command' },
 ];
 
@@ -167,7 +172,10 @@ export function usage(): string {
     ...COMMAND_HELP.map((command) => `  ${command.name.padEnd(width)}  ${command.summary}`),
     '',
     'Options for every command:',
-    ...COMMON_OPTIONS_HELP.map((option) => `  ${option.flags.padEnd(flagWidth)}  ${option.text}`),
+    ...COMMON_OPTIONS_HELP.map(
+      (option) =>
+        `  ${option.flags.padEnd(flagWidth)}  ${option.text.replace(/\n/g, `\n${' '.repeat(flagWidth + 4)}`)}`,
+    ),
     '',
     DURATIONS_HELP,
     '',
@@ -178,11 +186,26 @@ export function usage(): string {
   ].join('\n');
 }
 
+/** The options every command takes, as its usage line shows them. */
+const COMMON_SYNOPSIS = '[--url URL] [--json]';
+
+/**
+ * A command's usage line: its options, then the common ones, before any `-- command` (what
+ * follows `--` belongs to the command exec runs).
+ */
+export function synopsisLine(name: string): string {
+  const { synopsis } = commandNamed(name);
+  const separator = synopsis.indexOf(' -- ');
+  const own = separator === -1 ? synopsis : synopsis.slice(0, separator);
+  const rest = separator === -1 ? '' : synopsis.slice(separator);
+  return ['pg-lease', name, own, COMMON_SYNOPSIS].filter((part) => part !== '').join(' ') + rest;
+}
+
 /** `pg-lease <command> --help`. */
 export function commandHelp(name: string): string {
   const command = commandNamed(name);
   return [
-    `pg-lease ${command.name} ${command.synopsis} [--url URL] [--json]`,
+    synopsisLine(command.name),
     '',
     command.description,
     '',

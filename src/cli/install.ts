@@ -1,9 +1,9 @@
 /**
  * `pg-lease install`: put pg_lease into a database.
  */
-import pg from 'pg';
 import { PgLeaseDowngradeError, installPgLease } from '../install.js';
-import { connectionString, parseCommand, print, warn } from './common.js';
+import { openClient, parseCommand, print } from './common.js';
+import { CliError } from './errors.js';
 import { commandHelp } from './help.js';
 import { EXIT } from './exit-codes.js';
 
@@ -19,8 +19,7 @@ export async function installCommand(args: string[]): Promise<number> {
     return EXIT.OK;
   }
   const fromBundle = values['from-bundle'];
-  const client = new pg.Client({ connectionString: connectionString(values) });
-  client.on('error', () => undefined);
+  const client = openClient(values);
   await client.connect();
   try {
     const result = await installPgLease(client, { fromBundle });
@@ -36,19 +35,17 @@ export async function installCommand(args: string[]): Promise<number> {
     );
     return EXIT.OK;
   } catch (error) {
-    if (error instanceof PgLeaseDowngradeError) {
-      warn(error.message);
-      return EXIT.FAILURE;
-    }
+    if (error instanceof PgLeaseDowngradeError)
+      throw new CliError('downgrade', error.message.replace(/^pg_lease: /, ''), {
+        hint: 'install this package at the installed version or newer; pg-lease --version shows the version it bundles',
+      });
     const code = (error as { code?: unknown }).code;
-    if (!fromBundle && (code === FEATURE_NOT_SUPPORTED || code === UNDEFINED_FILE)) {
-      warn(
-        `${(error as Error).message}\n` +
-          'The server has no pg_lease extension files. Install them (make install in extension/),\n' +
+    if (!fromBundle && (code === FEATURE_NOT_SUPPORTED || code === UNDEFINED_FILE))
+      throw new CliError(code, (error as Error).message, {
+        hint:
+          'the server has no pg_lease extension files: install them (make install in extension/), ' +
           'or run: pg-lease install --from-bundle',
-      );
-      return EXIT.FAILURE;
-    }
+      });
     throw error;
   } finally {
     await client.end();

@@ -1,9 +1,9 @@
 /**
  * `pg-lease acquire | renew | release | inspect`: one call each, for scripts and operators.
  */
-import { LeaseClient } from '../client.js';
+import type { LeaseClient } from '../client.js';
 import { LeaseTimeoutError } from '../errors.js';
-import { connectionString, parseCommand, parseEpoch, print, required } from './common.js';
+import { openLeaseClient, parseCommand, parseEpoch, print, required } from './common.js';
 import { EXIT } from './exit-codes.js';
 import { commandHelp } from './help.js';
 
@@ -145,11 +145,11 @@ async function withClient(
   values: { url?: string | undefined },
   run: (client: LeaseClient) => Promise<number>,
 ): Promise<number> {
-  const client = new LeaseClient(connectionString(values));
+  const { client, close } = openLeaseClient(values);
   try {
     return await run(client);
   } finally {
-    await client.end();
+    await close();
   }
 }
 

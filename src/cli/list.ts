@@ -1,9 +1,8 @@
 /**
  * `pg-lease list`: the keys of the database at a glance, as `lease.list` reports them.
  */
-import { LeaseClient } from '../client.js';
 import type { ListedLease } from '../operations.js';
-import { connectionString, parseCommand, print } from './common.js';
+import { openLeaseClient, parseCommand, print } from './common.js';
 import { commandHelp } from './help.js';
 import { EXIT } from './exit-codes.js';
 
@@ -18,7 +17,7 @@ export async function listCommand(args: string[]): Promise<number> {
     process.stdout.write(`${commandHelp('list')}\n`);
     return EXIT.OK;
   }
-  const client = new LeaseClient(connectionString(values));
+  const { client, close } = openLeaseClient(values);
   try {
     const leases = await client.list({
       ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
@@ -27,7 +26,7 @@ export async function listCommand(args: string[]): Promise<number> {
     print(values.json, leaseTable(leases, values.all), { leases });
     return EXIT.OK;
   } finally {
-    await client.end();
+    await close();
   }
 }
 

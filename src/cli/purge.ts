@@ -2,10 +2,14 @@
  * `pg-lease purge`: deletes keys that have been free or lapsed for a while (`lease.purge`).
  */
 import pg from 'pg';
-import { LeaseClient } from '../client.js';
-import { connectionString, parseCommand, print, required } from './common.js';
+import { LeaseInvalidInputError } from '../errors.js';
+import { openLeaseClient, parseCommand, print, required } from './common.js';
+import { CliError } from './errors.js';
 import { commandHelp } from './help.js';
-import { EXIT, UsageError } from './exit-codes.js';
+import { EXIT } from './exit-codes.js';
+
+/** SQLSTATE insufficient_privilege. */
+const INSUFFICIENT_PRIVILEGE = '42501';
 
 export async function purgeCommand(args: string[]): Promise<number> {
   const { values } = parseCommand(args, {
@@ -21,9 +25,11 @@ export async function purgeCommand(args: string[]): Promise<number> {
   if (values.batch !== undefined) {
     batch = Number(values.batch);
     if (!/^\d+$/.test(values.batch) || !Number.isSafeInteger(batch) || batch < 1)
-      throw new UsageError(`--batch must be a positive whole number, got "${values.batch}"`);
+      throw new LeaseInvalidInputError(
+        `batch must be a positive whole number, got ${JSON.stringify(values.batch)}`,
+      );
   }
-  const client = new LeaseClient(connectionString(values));
+  const { client, close } = openLeaseClient(values);
   try {
     const purged = await client.purge({ olderThan, ...(batch === undefined ? {} : { batch }) });
     print(
@@ -33,11 +39,12 @@ export async function purgeCommand(args: string[]): Promise<number> {
     );
     return EXIT.OK;
   } catch (error) {
-    if (error instanceof pg.DatabaseError && error.code === '42501')
-      error.message +=
-        ' (lease.purge is for the role that created the extension and the roles it grants EXECUTE to)';
+    if (error instanceof pg.DatabaseError && error.code === INSUFFICIENT_PRIVILEGE)
+      throw new CliError(INSUFFICIENT_PRIVILEGE, error.message, {
+        hint: 'lease.purge is for the role that created the extension and the roles it grants EXECUTE to',
+      });
     throw error;
   } finally {
-    await client.end();
+    await close();
   }
 }

@@ -7,12 +7,12 @@
  * cleanly: the cursor comes back, the connection closes, and the exit code is 0.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { LeaseClient } from '../client.js';
 import { LeaseInvalidInputError } from '../errors.js';
 import { checkDuration } from '../validation.js';
-import { connectionString, parseCommand, toJson } from './common.js';
+import { openLeaseClient, parseCommand, toJson } from './common.js';
+import { describeFailure } from './errors.js';
 import { commandHelp } from './help.js';
-import { EXIT, UsageError } from './exit-codes.js';
+import { EXIT } from './exit-codes.js';
 import { leaseTable, LIST_OPTIONS } from './list.js';
 
 const CLEAR = '\x1b[H\x1b[2J';
@@ -34,7 +34,9 @@ export async function watchCommand(args: string[]): Promise<number> {
   const intervalUs = interval.microseconds;
   const count = values.count === undefined ? Infinity : Number(values.count);
   if (count !== Infinity && !(Number.isSafeInteger(count) && count >= 1))
-    throw new UsageError(`--count must be a positive whole number, got "${values.count}"`);
+    throw new LeaseInvalidInputError(
+      `count must be a positive whole number, got ${JSON.stringify(values.count)}`,
+    );
 
   const stop = new AbortController();
   // Installed with on(), not once(): a typed Ctrl-C can arrive twice (the terminal signals the
@@ -44,7 +46,7 @@ export async function watchCommand(args: string[]): Promise<number> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   const tty = process.stdout.isTTY === true && !values.json;
-  const client = new LeaseClient(connectionString(values));
+  const { client, close } = openLeaseClient(values);
   if (tty) process.stdout.write(HIDE_CURSOR);
   try {
     for (let shown = 0; shown < count && !stop.signal.aborted;) {
@@ -62,7 +64,8 @@ export async function watchCommand(args: string[]): Promise<number> {
         // The first refresh fails the command (a wrong URL, no extension); later ones are shown.
         if (shown === 0) throw error;
         if (values.json) {
-          process.stdout.write(`${toJson({ at: new Date(), error: String(error) })}\n`);
+          const { failure } = describeFailure(error, args, 'watch');
+          process.stdout.write(`${toJson({ at: new Date(), error: failure })}\n`);
           body = '';
         } else body = `refresh failed: ${error instanceof Error ? error.message : String(error)}`;
       }
@@ -80,7 +83,7 @@ export async function watchCommand(args: string[]): Promise<number> {
     return EXIT.OK;
   } finally {
     if (tty) process.stdout.write(SHOW_CURSOR);
-    await client.end();
+    await close();
     process.removeListener('SIGINT', onSignal);
     process.removeListener('SIGTERM', onSignal);
   }

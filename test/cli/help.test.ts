@@ -4,10 +4,13 @@
  */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
-import { describe, test } from 'node:test';
-import { COMMAND_HELP, commandHelp, usage } from '../../src/cli/help.js';
+import { after, before, describe, test } from 'node:test';
+import { LeaseClient } from '../../src/index.js';
+import { COMMAND_HELP, commandHelp, synopsisLine, usage } from '../../src/cli/help.js';
 import { CLI_DOC, renderedCliDoc } from '../../scripts/cli-doc.js';
 import { BUNDLED_VERSION } from '../../src/generated/sql.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { uniqueKey } from '../support/helpers.js';
 import { runCli } from './helpers.js';
 
 describe('help text', () => {
@@ -57,5 +60,85 @@ describe('help text', () => {
       renderedCliDoc(current) === current,
       'docs/cli.md is out of date with src/cli/help.ts; run node dist/scripts/cli-doc.js',
     );
+  });
+});
+
+describe('usage lines in docs/cli.md', () => {
+  /** Every line of a code block that is a command's usage line (`pg-lease <command> ...`, no `$`). */
+  function usageLines(): string[] {
+    const doc = fs.readFileSync(CLI_DOC, 'utf8');
+    const names = new Set(COMMAND_HELP.map((command) => command.name));
+    const lines: string[] = [];
+    for (const block of doc.split('```').filter((_, i) => i % 2 === 1))
+      for (const line of block.split('\n'))
+        if (line.startsWith('pg-lease ') && names.has(line.split(' ')[1]!)) lines.push(line);
+    return lines;
+  }
+
+  test('each is the usage line of --help (help.ts), and every command has one', () => {
+    const lines = usageLines();
+    for (const line of lines) assert.equal(line, synopsisLine(line.split(' ')[1]!));
+    for (const { name } of COMMAND_HELP) assert.ok(lines.includes(synopsisLine(name)), name);
+  });
+
+  let db: TestDatabase;
+  let client: LeaseClient;
+  before(async () => {
+    db = await createTestDatabase();
+    client = new LeaseClient(db.pool);
+  });
+  after(() => db.close());
+
+  test('each runs as written, every optional part given, against a real server', async () => {
+    const bare = await createTestDatabase({ extension: false });
+    try {
+      for (const line of new Set(usageLines())) {
+        const name = line.split(' ')[1]!;
+        const key = uniqueKey('usage');
+        const owner = 'usage-owner';
+        let epoch = '1';
+        if (line.includes('--epoch')) {
+          const lease = (await client.acquire(key, { ttl: '1 hour', owner }))!;
+          epoch = lease.epoch.toString();
+        }
+        const values: Record<string, string> = {
+          '--key': key,
+          '--owner': owner,
+          '--epoch': epoch,
+          '--ttl': '30s',
+          '--wait': '1s',
+          '--grace': '1s',
+          '--prefix': 'usage:',
+          '--interval': '100ms',
+          '--count': '2',
+          '--older-than': '7d',
+          '--batch': '100',
+          '--url': name === 'install' ? bare.url : db.url,
+        };
+        const args: string[] = [];
+        let previous = '';
+        for (const token of line.replace(/[[\]]/g, '').split(' ').slice(1)) {
+          if (token === 'command') args.push(process.execPath);
+          else if (token === 'args...') args.push('-e', 'process.exit(0)');
+          else if (token.startsWith('--') || args.length === 0) args.push(token);
+          else {
+            assert.ok(previous in values, `no value for ${previous} ${token} in: ${line}`);
+            args.push(values[previous]!);
+          }
+          previous = token;
+        }
+        const result = await runCli(args, {}, 60_000);
+        assert.equal(
+          result.code,
+          0,
+          `${line}\n${args.join(' ')}\n${result.stdout}${result.stderr}`,
+        );
+        if (args.includes('--json'))
+          for (const output of result.stdout.trimEnd().split('\n'))
+            assert.doesNotThrow(() => JSON.parse(output), `${line}: not JSON: ${output}`);
+      }
+    } finally {
+      await bare.close();
+    }
   });
 });

@@ -87,7 +87,12 @@ describe('pg-lease purge', () => {
   test('rejects a bad --older-than with exit 64 and the server DETAIL', async () => {
     const result = await runCli(['purge', '--url', db.url, '--older-than=-1 day']);
     assert.equal(result.code, 64);
-    assert.match(result.stderr, /older_than must be a non-negative finite interval/);
+    assert.match(
+      result.stderr,
+      /^pg-lease: invalid input: --older-than "-1 day" must be a non-negative finite interval$/m,
+    );
+    assert.match(result.stderr, /^hint: --older-than is a duration with a unit: 7d, 12h; 0 takes/m);
+    assert.doesNotMatch(result.stderr, /older_than|or milliseconds/);
     const missing = await runCli(['purge', '--url', db.url]);
     assert.equal(missing.code, 64);
     assert.match(missing.stderr, /--older-than is required/);

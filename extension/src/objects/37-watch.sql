@@ -116,11 +116,7 @@ BEGIN
     -- (the mark's write would otherwise let anyone hold the holder's row
     -- lock and make its releases notify); others learn only whether a mark
     -- already stands.
-    -- On Citus (95-citus.sql) a release may run on another node than the
-    -- waiter's session, and a notification reaches only sessions on the node
-    -- that sends it: no mark there, notifies is false and the waiter polls.
-    IF v_held AND v_fresh IS NOT TRUE AND lease._may_act_for(v_holder)
-       AND NOT lease._is_distributed() THEN
+    IF v_held AND v_fresh IS NOT TRUE AND lease._may_act_for(v_holder) THEN
         UPDATE lease.leases AS l
            SET watched_until = v_now + v_span
          WHERE l.key = (SELECT c.key

@@ -1,7 +1,7 @@
 /*
  * Citus (0.2.1): lease.distribute() shards an installed pg_lease across a
- * Citus cluster, and lease._is_distributed() tells the few calls whose
- * single-node shape Citus cannot run which shape to take.  On a plain
+ * Citus cluster, and lease._is_distributed() tells purge, whose
+ * single-node statement Citus cannot run, which shape to take.  On a plain
  * server nothing here runs on any hot path.  extension/README.md, "Running
  * on Citus", says what holds there and what does not.
  */
@@ -46,19 +46,17 @@ REVOKE ALL ON FUNCTION lease._is_distributed() FROM PUBLIC;
  *   3. lease.epoch_floor becomes a reference table (a copy on every node,
  *      written by purge on all of them in one distributed transaction), so
  *      a first grant on any node reads the floor.
- *   4. acquire, renew and release become distributed functions, colocated
- *      with lease.leases by their key argument: a call made as a statement
- *      of its own (SELECT * FROM lease.acquire(...)) outside a transaction
- *      block runs whole on the node of its key's shard, with that node's
- *      clock.  Everything else stays on the coordinator, and Citus routes
- *      each of its statements to the shard of its key (or to every shard):
- *      fence matters only inside a transaction block, where Citus runs
- *      every call on the coordinator anyway, and its FOR SHARE lock is what
- *      a call Citus runs on a worker may not take; inspect and watch,
- *      because Citus 13.2 fails a query that calls a distributed function
- *      in a subquery ("there is no parameter $0"), which is how the
- *      client asks for a holder's state after a denied acquire; the
- *      batches, list and purge, which take many keys.
+ *   4. No function is distributed: every call runs on the coordinator (the
+ *      node the client connects to), and Citus routes each of its
+ *      statements to the shard of its key, or to every shard for list and
+ *      purge.  Delegating a keyed call to its key's worker
+ *      (create_distributed_function) was tried and dropped: inside a call
+ *      Citus runs on a worker it cannot prune a statement that compares
+ *      the key as l.key = p_key COLLATE "C" (nor FOR UPDATE it then), so
+ *      every statement of the call went to every shard, a worker down made
+ *      calls on the other workers' keys fail, and with the key in a "C"
+ *      variable instead the statements found no row at all (Citus 13.2.2).
+ *      So the coordinator's clock times every key.
  *
  * Errors: 0A000 when Citus is not installed in this database, or when this
  * is not the coordinator; 55000 when the cluster has no node that may hold
@@ -74,7 +72,6 @@ CREATE OR REPLACE FUNCTION lease.distribute()
     SET client_min_messages = warning
 AS $function$
 DECLARE
-    v_function text;
     v_nodes    boolean;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e WHERE e.extname = 'citus') THEN
@@ -119,19 +116,6 @@ BEGIN
         PERFORM pg_catalog.truncate_local_data_after_distributing_table('lease.epoch_floor');
     END IF;
 
-    -- 4. The keyed calls, by their key argument.
-    FOREACH v_function IN ARRAY ARRAY[
-        'lease.acquire(text, text, interval, interval)',
-        'lease.renew(text, text, bigint, interval)',
-        'lease.release(text, text, bigint)'] LOOP
-        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_object AS o
-                        WHERE o.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-                          AND o.objid = v_function::pg_catalog.regprocedure
-                          AND o.distribution_argument_index IS NOT NULL) THEN
-            PERFORM pg_catalog.create_distributed_function(
-                v_function::pg_catalog.regprocedure, 'p_key', colocate_with := 'lease.leases');
-        END IF;
-    END LOOP;
 END;
 $function$;
 

@@ -99,18 +99,15 @@ BEGIN
         -- 2. Lock the row first and decide with a clock read then.  A grant
         -- that lapsed meanwhile is refused, and its lock given back with the
         -- subtransaction: a takeover must not wait for this transaction.
-        -- The lock is taken by an UPDATE that changes nothing, not by
-        -- SELECT ... FOR NO KEY UPDATE: it takes the same lock and finds the
-        -- newest row version the same way, and Citus refuses a locking
-        -- SELECT inside a call it runs on a worker (95-citus.sql).
         BEGIN
-            UPDATE lease.leases AS l
-               SET expires_at = l.expires_at
+            SELECT l.expires_at
+              INTO v_expires_at
+              FROM lease.leases AS l
              WHERE l.key = p_key COLLATE pg_catalog."C"
                AND l.owner = p_owner COLLATE pg_catalog."C"
                AND l.epoch = p_epoch
                AND l.expires_at > v_now
-            RETURNING l.expires_at INTO v_expires_at;
+               FOR NO KEY UPDATE;
             IF FOUND AND lease._is_live(p_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
                 v_locked := true;
                 v_need := v_now;

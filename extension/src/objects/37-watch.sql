@@ -24,10 +24,9 @@
 /*
  * lease._wake: the notification of a release of p_key, sent when the
  * releasing transaction commits (and never if it rolls back).  Returns
- * release's status 'ok': release calls it inside its RETURNING list, only
- * for a watched key, so that a release nobody waits for runs no statement
- * more than before (a separate IF cost 2 % of a release in instructions,
- * npm run bench:instructions).  Anyone may LISTEN on pg_lease, and anyone
+ * release's status 'ok'.  release calls it after its UPDATE, only for a
+ * watched key (the UPDATE returns the mark; 0.2.1 took it out of the
+ * RETURNING list, where Citus refuses a volatile function).  Anyone may LISTEN on pg_lease, and anyone
  * may NOTIFY it: a false notification makes a waiter try once more and
  * sleep again, nothing else.
  */

@@ -10,8 +10,9 @@
  * back, PostgreSQL does not evaluate the WHERE again.  So the UPDATE alone
  * could renew or release a grant that lapsed during the wait.  Instead:
  *
- *   1. The UPDATE requires more than the margin left at v_now, and returns
- *      a clock read after it wrote the row (RETURNING runs then).  If that
+ *   1. The UPDATE requires more than the margin left at v_now, and the
+ *      clock is read once it has written the row (after the statement:
+ *      Citus refuses a volatile function in RETURNING).  If that
  *      reading is still within the margin of v_now, the row was locked
  *      before v_now + margin, which is before the grant's expiry: it was
  *      live.  That is the common case: one statement, no extra lock.
@@ -58,7 +59,7 @@ DECLARE
     -- 1. needs more than the margin left; 2. (v_locked) a live grant.
     v_need       timestamptz := v_now + lease._lock_margin();
     v_locked     boolean;
-    v_written    timestamptz;
+    v_watched    timestamptz;
     v_expires_at timestamptz;
     v_owner      text;
     v_epoch      bigint;
@@ -78,10 +79,13 @@ BEGIN
                AND l.owner = p_owner COLLATE pg_catalog."C"
                AND l.epoch = p_epoch
                AND l.expires_at > v_need
-            RETURNING %5$s, pg_catalog.clock_timestamp() INTO %6$s, v_written;
+            RETURNING %5$s INTO %6$s;
             IF FOUND THEN
-                -- Written within the margin (v_locked is NULL until 2.).
-                IF v_locked OR v_written < v_need THEN
+                -- Written within the margin (v_locked is NULL until 2.): a
+                -- clock read after the UPDATE, not in its RETURNING list,
+                -- which Citus refuses for a volatile function.
+                IF v_locked OR pg_catalog.clock_timestamp() < v_need THEN
+                    %8$s
                     RETURN NEXT;
                     RETURN;
                 END IF;
@@ -153,7 +157,8 @@ AS %s$sql$, pg_catalog.quote_literal(pg_catalog.format(v_body,
         'expires_at = v_now + p_ttl',
         '''ok'', l.expires_at',
         'status, expires_at',
-        'expires_at := NULL;')));
+        'expires_at := NULL;',
+        '')));
 
     EXECUTE pg_catalog.format($sql$
 CREATE OR REPLACE FUNCTION lease.release(
@@ -171,9 +176,10 @@ AS %s$sql$, pg_catalog.quote_literal(pg_catalog.format(v_body,
         'release',
         '',
         'owner = NULL, epoch = l.epoch + 1, expires_at = NULL, released_at = v_now',
-        'CASE WHEN l.watched_until > v_now THEN lease._wake(p_key) ELSE ''ok'' END',
-        'status',
-        '')));
+        '''ok'', l.watched_until',
+        'status, v_watched',
+        '',
+        'IF v_watched > v_now THEN PERFORM lease._wake(p_key); END IF;')));
 END
 $define$;
 

@@ -221,12 +221,48 @@ DECLARE
     v_cutoff timestamptz;
     v_count  bigint;
     v_max    bigint;
+    v_key    text;
+    v_epoch  bigint;
 BEGIN
     PERFORM lease._validate('purge', NULL, p_older_than => p_older_than, p_limit => p_limit);
     PERFORM lease._begin_write('purge');
     v_cutoff := v_now - p_older_than;
 
     PERFORM FROM lease.epoch_floor AS f FOR NO KEY UPDATE;
+
+    IF lease._is_distributed() THEN
+        -- Citus runs no multi-shard statement that locks rows: the victims
+        -- are found on every shard without a lock, then each is locked
+        -- (SKIP LOCKED, rechecked) and deleted by its key, on its shard.
+        -- Sequential mode keeps one connection per node, so on each node
+        -- the deleted rows and the floor's copy commit in one transaction.
+        PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+        v_count := 0;
+        FOR v_key IN
+            SELECT l.key
+              FROM lease.leases AS l
+             WHERE NOT lease._is_live(l.owner, l.expires_at, v_cutoff)
+               AND CASE WHEN l.owner IS NULL THEN l.released_at ELSE l.expires_at END <= v_cutoff
+             LIMIT p_limit
+        LOOP
+            v_epoch := NULL;
+            SELECT l.epoch INTO v_epoch
+              FROM lease.leases AS l
+             WHERE l.key = v_key
+               AND NOT lease._is_live(l.owner, l.expires_at, v_cutoff)
+               AND CASE WHEN l.owner IS NULL THEN l.released_at ELSE l.expires_at END <= v_cutoff
+               FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN v_epoch IS NULL;
+            DELETE FROM lease.leases AS l WHERE l.key = v_key;
+            v_count := v_count + 1;
+            v_max := GREATEST(v_max, v_epoch);
+        END LOOP;
+        IF v_count > 0 THEN
+            UPDATE lease.epoch_floor AS f
+               SET epoch = GREATEST(f.epoch, v_max);
+        END IF;
+        RETURN v_count;
+    END IF;
 
     WITH victims AS (
         SELECT l.key

@@ -38,3 +38,10 @@ export {
   type StandbyOptions,
 } from './standby.js';
 export { PgBouncer, findPgBouncer, startPgBouncer, type PgBouncerOptions } from './pgbouncer.js';
+export {
+  citusMissingReason,
+  findCitusInstallation,
+  startCitusCluster,
+  type CitusCluster,
+  type CitusClusterOptions,
+} from './citus.js';

@@ -279,6 +279,9 @@ export function stageInstallation(
   const hash = createHash('sha256');
   hash.update(JSON.stringify([installation.bindir, installation.sharedir, installation.pkglibdir]));
   hash.update(installation.versionString);
+  // What the build holds: an extension installed into it later (Citus) makes a new copy.
+  for (const dir of [installation.pkglibdir, path.join(installation.sharedir, 'extension')])
+    hash.update(JSON.stringify(fs.readdirSync(dir).sort()));
   for (const file of files) hash.update(path.basename(file)).update(fs.readFileSync(file));
   const key = hash.digest('hex').slice(0, 16);
 

@@ -1,0 +1,420 @@
+/**
+ * pg_lease on Citus: a coordinator and two workers (the system PostgreSQL with the Citus build,
+ * started by pg-lease-testing's startCitusCluster), `SELECT lease.distribute()`, then the
+ * contract's core behaviours and the 0.2.x API through the coordinator, on keys whose shards
+ * live on different workers.
+ *
+ * Without Citus installed the suite is skipped with the reason, except under CI=true or
+ * PG_LEASE_NO_SKIP=1, where .ci/run installs it and its absence fails the run.
+ */
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
+import { LeaseClient } from 'pg-lease';
+import {
+  PgCluster,
+  citusMissingReason,
+  startCitusCluster,
+  type CitusCluster,
+} from 'pg-lease-testing';
+import { acquire, inspect, pgError, release, renew } from '../support/lease-calls.js';
+
+function skipWithoutCitus(): string | false {
+  const reason = citusMissingReason();
+  if (!reason) return false;
+  if (process.env.CI === 'true' || process.env.PG_LEASE_NO_SKIP === '1')
+    throw new Error(
+      `${reason}, and CI=true or PG_LEASE_NO_SKIP=1 forbids skipping: .ci/run installs Citus`,
+    );
+  const banner = '!'.repeat(78);
+  console.log(`${banner}\n!!! SKIPPING the Citus suite: ${reason}\n${banner}`);
+  return reason;
+}
+
+const skip = skipWithoutCitus();
+
+describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
+  let citus: CitusCluster;
+  let pool: pg.Pool;
+  /** Keys by the worker holding their shard: `keys[i]` are all on worker i. */
+  let keys: string[][];
+  let counter = 0;
+
+  /** A fresh key on worker `w`. */
+  function keyOn(w: number): string {
+    const key = keys[w]![counter++ % keys[w]!.length]!;
+    return `${key}`;
+  }
+
+  before(async () => {
+    citus = await startCitusCluster();
+    await citus.query('SELECT lease.distribute()');
+    pool = new pg.Pool({ connectionString: citus.url(), max: 8 });
+    pool.on('error', () => undefined);
+    // Enough keys on each worker for every test to use its own.
+    keys = citus.workers.map(() => []);
+    for (let i = 0; keys.some((list) => list.length < 40); i++) {
+      const key = `citus-key-${i}`;
+      const node = await citus.nodeOf('lease.leases', key);
+      const w = citus.workers.indexOf(node);
+      assert.ok(w >= 0, `the shard of ${key} is on a worker, not the coordinator`);
+      if (keys[w]!.length < 40) keys[w]!.push(key);
+    }
+  });
+  after(async () => {
+    await pool?.end();
+    await citus?.destroy();
+  });
+
+  test('distribute() distributed the table by key and the floor as a reference table; every call stays on the coordinator', async () => {
+    const { rows: tables } = await citus.query<{ rel: string; method: string }>(
+      `SELECT logicalrelid::text AS rel, partmethod AS method FROM pg_dist_partition
+        WHERE logicalrelid IN ('lease.leases'::regclass, 'lease.epoch_floor'::regclass) ORDER BY 1`,
+    );
+    assert.deepEqual(tables, [
+      { rel: 'lease.epoch_floor', method: 'n' },
+      { rel: 'lease.leases', method: 'h' },
+    ]);
+    const { rows: delegated } = await citus.query(
+      `SELECT objid::regprocedure::text AS fn FROM pg_dist_object
+        WHERE classid = 'pg_proc'::regclass AND distribution_argument_index IS NOT NULL`,
+    );
+    assert.deepEqual(delegated, []);
+    // Idempotent.
+    await citus.query('SELECT lease.distribute()');
+    await citus.query('SELECT lease.distribute()');
+  });
+
+  test('distribute() without Citus is a clear 0A000', async () => {
+    await using plain = await PgCluster.start();
+    const url = await plain.createDatabase();
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      const error = await pgError(client.query('SELECT lease.distribute()'));
+      assert.equal(error.code, '0A000');
+      assert.match(error.message, /needs Citus/);
+    } finally {
+      await client.end();
+    }
+  });
+
+  for (const w of [0, 1]) {
+    test(`the life of a grant on worker ${w + 1}: acquire, same owner, denial, renew, refusals, release, watermark`, async () => {
+      const key = keyOn(w);
+      assert.equal(await citus.nodeOf('lease.leases', key), citus.workers[w]);
+      const first = await acquire(pool, key, 'w1', '30 seconds');
+      assert.equal(first.acquired, true);
+      assert.equal(first.epoch, 1n);
+      assert.deepEqual(await acquire(pool, key, 'w1', '30 seconds'), first);
+      assert.deepEqual(await acquire(pool, key, 'w2', '30 seconds'), {
+        acquired: false,
+        epoch: null,
+        expiresAt: null,
+      });
+      const renewed = await renew(pool, key, 'w1', 1n, '60 seconds');
+      assert.equal(renewed.status, 'ok');
+      assert.ok(renewed.expiresAt! > first.expiresAt!);
+      assert.equal((await renew(pool, key, 'w2', 1n, '30 seconds')).status, 'not_owner');
+      assert.equal((await renew(pool, key, 'w1', 2n, '30 seconds')).status, 'epoch_mismatch');
+      assert.equal((await release(pool, key, 'w1', 2n)).status, 'epoch_mismatch');
+      assert.equal((await release(pool, key, 'w1', 1n)).status, 'ok');
+      assert.deepEqual(await inspect(pool, key), {
+        held: false,
+        owner: null,
+        epoch: 2n,
+        expiresAt: null,
+      });
+      assert.equal((await release(pool, key, 'w1', 1n)).status, 'not_owner');
+      // The row is on the worker's shard, not on the coordinator.
+      const { rows } = await citus.query<{ n: string }>(
+        `SELECT count(*)::text AS n FROM lease.leases WHERE key = $1`,
+        [key],
+      );
+      assert.equal(rows[0]!.n, '1');
+      const second = await acquire(pool, key, 'w2', '30 seconds');
+      assert.equal(second.epoch, 3n);
+      // Invalid input is 22023 as on one server (a NULL key included).
+      assert.equal((await pgError(acquire(pool, null, 'w1', '30 seconds'))).code, '22023');
+      assert.equal((await pgError(renew(pool, key, 'w2', null, '30 seconds'))).code, '22023');
+    });
+  }
+
+  test('a lapsed grant is refused (lapsed) and taken over with the next epoch, on both workers', async () => {
+    for (const w of [0, 1]) {
+      const key = keyOn(w);
+      const grant = await acquire(pool, key, 'w1', '200 milliseconds');
+      await sleep(400);
+      assert.equal((await renew(pool, key, 'w1', grant.epoch, '30 seconds')).status, 'lapsed');
+      assert.equal((await inspect(pool, key))!.held, false);
+      const next = await acquire(pool, key, 'w2', '30 seconds');
+      assert.equal(next.acquired, true);
+      assert.equal(next.epoch, grant.epoch! + 1n);
+    }
+  });
+
+  test("acquire with wait > 0 takes the key at the holder's expiry, or when it is released", async () => {
+    const key = keyOn(0);
+    await acquire(pool, key, 'holder', '500 milliseconds');
+    const started = Date.now();
+    const waited = await acquire(pool, key, 'waiter', '30 seconds', '5 seconds');
+    assert.equal(waited.acquired, true);
+    assert.equal(waited.epoch, 2n);
+    assert.ok(Date.now() - started < 4000);
+
+    const other = keyOn(1);
+    const held = await acquire(pool, other, 'holder', '30 seconds');
+    const waiting = acquire(pool, other, 'waiter', '30 seconds', '10 seconds');
+    await sleep(300);
+    assert.equal((await release(pool, other, 'holder', held.epoch)).status, 'ok');
+    const got = await waiting;
+    assert.equal(got.acquired, true);
+    assert.equal(got.epoch, 3n);
+    const timedOut = await pgError(acquire(pool, other, 'third', '30 seconds', '200 milliseconds'));
+    assert.equal(timedOut.code, '57014');
+  });
+
+  test('fence: a live epoch passes inside a transaction, a stale one is PLF01; REPEATABLE READ works', async () => {
+    const key = keyOn(1);
+    const grant = await acquire(pool, key, 'w1', '30 seconds');
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT lease.fence($1, $2)', [key, String(grant.epoch)]);
+      await client.query('COMMIT');
+      await client.query('BEGIN');
+      const stale = await pgError(client.query('SELECT lease.fence($1, $2)', [key, '7']));
+      assert.equal(stale.code, 'PLF01');
+      await client.query('ROLLBACK');
+
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      const rr = keyOn(0);
+      const mine = await acquire(client, rr, 'rr', '30 seconds');
+      assert.equal(mine.acquired, true);
+      assert.deepEqual(await acquire(client, rr, 'rr', '30 seconds'), mine);
+      assert.equal((await renew(client, rr, 'rr', mine.epoch, '30 seconds')).status, 'ok');
+      await client.query('SELECT lease.fence($1, $2)', [rr, String(mine.epoch)]);
+      await client.query('COMMIT');
+      assert.equal((await inspect(pool, rr))!.owner, 'rr');
+    } finally {
+      client.release();
+    }
+  });
+
+  test('watch: a release through the coordinator notifies a waiter listening there', async () => {
+    const key = keyOn(0);
+    const held = await acquire(pool, key, 'holder', '30 seconds');
+    const listener = new pg.Client({ connectionString: citus.url() });
+    await listener.connect();
+    try {
+      await listener.query('LISTEN pg_lease');
+      const woken = new Promise<string | undefined>((resolve) =>
+        listener.on('notification', (message) => resolve(message.payload)),
+      );
+      const { rows } = await listener.query<{ held: boolean; notifies: boolean }>(
+        'SELECT held, notifies FROM lease.watch($1, $2)',
+        [key, '10 seconds'],
+      );
+      assert.deepEqual(rows[0], { held: true, notifies: true });
+      assert.equal((await release(pool, key, 'holder', held.epoch)).status, 'ok');
+      assert.equal(await woken, key);
+    } finally {
+      await listener.end();
+    }
+  });
+
+  test('the client on the coordinator: acquire, renew, release, and a waiting acquire woken by a release', async () => {
+    const leases = new LeaseClient(pool, { pollInterval: 5000 });
+    const key = keyOn(1);
+    const lease = await leases.acquire(key, { ttl: '30s', owner: 'client' });
+    assert.ok(lease);
+    assert.equal(lease.epoch, 1n);
+    assert.ok((await lease.renew()).getTime() > Date.now());
+    const started = Date.now();
+    const waiting = leases.acquire(key, { ttl: '30s', owner: 'other', wait: '20s' });
+    await sleep(500);
+    await lease.release();
+    const next = await waiting;
+    assert.ok(next);
+    assert.equal(next.epoch, 3n);
+    // Woken by the notification, not by the 5 s poll.
+    assert.ok(Date.now() - started < 4000, `waited ${Date.now() - started} ms`);
+    await next.release();
+  });
+
+  test('the batches across shards: one row per key in input order; a rolled-back batch leaves nothing', async () => {
+    const batch = [keyOn(1), keyOn(0), keyOn(1), keyOn(0)];
+    const { rows: acquired } = await pool.query<{ key: string; acquired: boolean; epoch: string }>(
+      'SELECT key, acquired, epoch::text AS epoch FROM lease.acquire_many($1, $2, $3)',
+      [batch, 'batch', '30 seconds'],
+    );
+    assert.deepEqual(
+      acquired.map((row) => [row.key, row.acquired, row.epoch]),
+      batch.map((key) => [key, true, '1']),
+    );
+    const epochs = acquired.map((row) => row.epoch);
+    const { rows: renewed } = await pool.query<{ key: string; status: string }>(
+      'SELECT key, status FROM lease.renew_many($1, $2, $3, $4)',
+      [batch, 'batch', epochs, '30 seconds'],
+    );
+    assert.deepEqual(
+      renewed.map((row) => [row.key, row.status]),
+      batch.map((key) => [key, 'ok']),
+    );
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT * FROM lease.release_many($1, $2, $3)', [batch, 'batch', epochs]);
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    for (const key of batch) assert.equal((await inspect(pool, key))!.owner, 'batch');
+    const { rows: released } = await pool.query<{ key: string; status: string }>(
+      'SELECT key, status FROM lease.release_many($1, $2, $3)',
+      [batch, 'batch', epochs],
+    );
+    assert.deepEqual(
+      released.map((row) => [row.key, row.status]),
+      batch.map((key) => [key, 'ok']),
+    );
+  });
+
+  test('list: keys of every shard, in key order', async () => {
+    const mine = [keyOn(0), keyOn(1), keyOn(0), keyOn(1)];
+    for (const key of mine) await acquire(pool, key, 'lister', '30 seconds');
+    const { rows } = await pool.query<{ key: string; owner: string }>(
+      `SELECT key, owner FROM lease.list('citus-key-') WHERE owner = 'lister'`,
+    );
+    assert.deepEqual(
+      rows.map((row) => row.key),
+      [...mine].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b))),
+    );
+  });
+
+  test('purge deletes dead keys on every shard and raises the floor everywhere: epochs still grow', async () => {
+    const dead = [keyOn(0), keyOn(1)];
+    const live = keyOn(0);
+    let highest = 0n;
+    for (const key of dead) {
+      let grant = await acquire(pool, key, 'p', '30 seconds');
+      for (let i = 0; i < 3; i++) {
+        await release(pool, key, 'p', grant.epoch);
+        grant = await acquire(pool, key, 'p', '30 seconds');
+      }
+      await release(pool, key, 'p', grant.epoch);
+      if (grant.epoch! + 1n > highest) highest = grant.epoch! + 1n;
+    }
+    await acquire(pool, live, 'p', '30 seconds');
+    const { rows } = await citus.query<{ n: string }>(`SELECT lease.purge('0 seconds')::text AS n`);
+    assert.ok(Number(rows[0]!.n) >= 2);
+    for (const key of dead) assert.equal(await inspect(pool, key), undefined);
+    assert.equal((await inspect(pool, live))!.held, true);
+    // The floor is the same on every node (a reference table), and first grants on either
+    // worker are above every purged epoch.
+    for (const node of [citus.coordinator, ...citus.workers]) {
+      const { rows: floor } = await citus.query<{ epoch: string }>(
+        `SELECT epoch::text AS epoch FROM lease.epoch_floor`,
+        [],
+        node,
+      );
+      assert.ok(BigInt(floor[0]!.epoch) >= highest, `the floor on port ${node.port}`);
+    }
+    for (const key of [...dead, keyOn(1)]) {
+      const grant = await acquire(pool, key, 'p', '30 seconds');
+      assert.ok(grant.epoch! > highest, `${key} got ${grant.epoch}, not above ${highest}`);
+    }
+  });
+
+  test('racing acquires through the coordinator: one winner per round, on each worker, epochs only grow', async () => {
+    const racers = new pg.Pool({ connectionString: citus.url(), max: 12 });
+    racers.on('error', () => undefined);
+    try {
+      for (const w of [0, 1]) {
+        const key = keyOn(w);
+        let last = 0n;
+        for (let round = 0; round < 4; round++) {
+          const results = await Promise.all(
+            Array.from({ length: 12 }, (_, i) =>
+              acquire(racers, key, `racer-${round}-${i}`, '30 seconds'),
+            ),
+          );
+          const winners = results.filter((result) => result.acquired);
+          assert.equal(winners.length, 1, `round ${round} on worker ${w + 1}`);
+          const winner = winners[0]!;
+          assert.ok(winner.epoch! > last);
+          last = winner.epoch!;
+          const owner = (await inspect(pool, key))!.owner!;
+          assert.equal((await release(pool, key, owner, winner.epoch)).status, 'ok');
+        }
+      }
+    } finally {
+      await racers.end();
+    }
+  });
+
+  // Last: it takes a worker down.
+  test('kill -9 of a worker mid-load: its keys fail with an error, the other worker goes on, nothing acknowledged is lost', async () => {
+    const down = citus.workers[0]!;
+    const onDown = Array.from({ length: 4 }, () => keyOn(0));
+    const onUp = Array.from({ length: 4 }, () => keyOn(1));
+    const acknowledged = new Map<string, bigint>();
+    let stop = false;
+    let failures = 0;
+    const load = async (key: string) => {
+      while (!stop) {
+        try {
+          const grant = await acquire(pool, key, 'loader', '60 seconds');
+          if (grant.acquired) {
+            acknowledged.set(key, grant.epoch!);
+            assert.equal((await release(pool, key, 'loader', grant.epoch)).status, 'ok');
+            acknowledged.set(key, grant.epoch! + 1n);
+          }
+        } catch {
+          failures++;
+          await sleep(50);
+        }
+      }
+    };
+    const loaders = [...onDown, ...onUp].map((key) => load(key));
+    await sleep(500);
+    await down.crash();
+    const failuresAtCrash = failures;
+    // While it is down: its keys fail with an error (never a wrong answer), the other's work.
+    const error = await pgError(acquire(pool, onDown[0]!, 'probe', '1 second'));
+    assert.ok(error.message.length > 0);
+    for (const key of onUp) {
+      const grant = await acquire(pool, key, 'probe', '30 seconds');
+      if (grant.acquired) {
+        acknowledged.set(key, grant.epoch!);
+        assert.equal((await release(pool, key, 'probe', grant.epoch)).status, 'ok');
+        acknowledged.set(key, grant.epoch! + 1n);
+      }
+    }
+    await sleep(300);
+    await down.start();
+    await sleep(1000);
+    stop = true;
+    await Promise.all(loaders);
+    assert.ok(failures > failuresAtCrash || failures > 0, 'the load saw the worker go');
+    // Every acknowledged epoch (grant or release watermark) survived the crash.
+    await citus.coordinator.pollQueryUntil(
+      `SELECT count(*) >= 0 FROM lease.leases WHERE key = '${onDown[0]}'`,
+      't',
+      { database: citus.database, timeoutMs: 30_000 },
+    );
+    for (const [key, epoch] of acknowledged) {
+      const row = await inspect(pool, key);
+      assert.ok(row, `${key} has a row`);
+      assert.ok(
+        row.epoch >= epoch,
+        `${key}: epoch ${row.epoch} after the crash, ${epoch} acknowledged`,
+      );
+    }
+    for (const key of onDown) {
+      const grant = await acquire(pool, key, 'after', '30 seconds');
+      if (grant.acquired) assert.ok(grant.epoch! > (acknowledged.get(key) ?? 0n));
+    }
+  });
+});

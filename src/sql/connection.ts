@@ -46,6 +46,13 @@ export async function runCancellable<T>(
   signal: AbortSignal | undefined,
 ): Promise<T> {
   if (!signal) return run();
+  // Aborted before the statement could be sent (while a connection was being taken, say): it is
+  // not sent. A cancel request sent before the statement starts reaches nothing, so the
+  // statement would then run unbounded, waiting for a row lock as long as its holder likes.
+  if (signal.aborted)
+    throw new LeaseError('aborted', 'pg_lease: the call was aborted before it was sent', {
+      cause: signal.reason as unknown,
+    });
   let cancelled: Promise<void> | undefined;
   const onAbort = () => (cancelled = sendCancelRequest(connection));
   signal.addEventListener('abort', onAbort, { once: true });

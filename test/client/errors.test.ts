@@ -203,3 +203,40 @@ describe('an acquire aborted before it starts', () => {
     assert.equal(await client.inspect(key), null);
   });
 });
+
+describe('an abort while the call waits for a pool connection', () => {
+  test('sends nothing: the attempt rejects at once, not after a row lock it would have queued on', async () => {
+    const key = uniqueKey();
+    const holder = (await client.acquire(key, { ttl: '1s' }))!;
+    const blocker = await blockTakeovers(db.pool, key, holder);
+    // A pool of one, its connection in use: the acquire waits for the pool, and the signal
+    // aborts meanwhile. Sent after that, it would wait for the blocker's row lock, and a cancel
+    // request made before it started would not reach it.
+    const small = new pg.Pool({ connectionString: db.url, max: 1 });
+    small.on('error', () => undefined);
+    const busy = await small.connect();
+    try {
+      const controller = new AbortController();
+      const waiting = new LeaseClient(small)
+        .acquire(key, { ttl: '30s', signal: controller.signal })
+        .catch((e: unknown) => e);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      controller.abort('stop');
+      busy.release();
+      const outcome = await Promise.race([
+        waiting,
+        new Promise((resolve) => setTimeout(() => resolve('still waiting after 10 s'), 10_000)),
+      ]);
+      assert.ok(outcome instanceof LeaseAbortedError, String(outcome));
+      const { rows } = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE '%lease.acquire%' AND state = 'active'
+            AND pid <> pg_backend_pid()`,
+      );
+      assert.equal(rows[0]!.n, 0, 'an acquire is still running on the server');
+    } finally {
+      await blocker.close();
+      await small.end();
+    }
+  });
+});

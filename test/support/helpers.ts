@@ -42,3 +42,26 @@ let keyCounter = 0;
 export function uniqueKey(label = 'key'): string {
   return `${label}:${process.pid}:${++keyCounter}:${Math.random().toString(36).slice(2, 8)}`;
 }
+
+/**
+ * Waits until a keep-alive handle has renewed since its expiry was `before` (ms), after an
+ * outage, then checks that it was never lost and that the server still lists its grant.
+ */
+export async function assertRodeOut(
+  client: {
+    inspect(key: string): Promise<{ held: boolean; owner: string | null; epoch: bigint } | null>;
+  },
+  lease: { key: string; owner: string; epoch: bigint; expiresAt: Date; signal: AbortSignal },
+  before: number,
+): Promise<void> {
+  await waitFor(
+    'a renewal succeeds after the restart',
+    () => lease.expiresAt.getTime() > before || lease.signal.aborted,
+    30_000,
+  );
+  assert.equal(lease.signal.aborted, false, String(lease.signal.reason));
+  const state = await client.inspect(lease.key);
+  assert.equal(state?.held, true);
+  assert.equal(state?.owner, lease.owner);
+  assert.equal(state?.epoch, lease.epoch);
+}

@@ -186,13 +186,46 @@ async function untilWaitingOrDone(monitor: pg.Client, pid: number, step: Promise
   });
 }
 
+
+/**
+ * Runs `sql`, a change of schema lease, in `session` while a planter holds an uncommitted object
+ * in the schema. Newer minor releases (15.20 does, 15.18 does not) lock a schema while an object
+ * is created in it, so there the change waits for the planter's transaction and the attack cannot
+ * interleave as written: once the change waits on that lock, `commitPlanter` commits the plant
+ * and the change goes on after it. Says whether the change had to wait, and its error if any.
+ */
+async function pastPlanter(
+  session: pg.Client,
+  sql: string,
+  commitPlanter: () => Promise<unknown>,
+): Promise<{ waited: boolean; error: pg.DatabaseError | undefined }> {
+  const pid = (await session.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+  let settled = false;
+  const step = session.query(sql).finally(() => {
+    settled = true;
+  });
+  step.catch(() => undefined);
+  let waited = false;
+  await waitFor('the schema change is done or waits for the planter', async () => {
+    if (settled) return true;
+    const { rows } = await cluster.query(
+      `SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1`,
+      [pid],
+    );
+    waited = rows[0]?.wait_event_type === 'Lock';
+    return waited;
+  });
+  if (waited) await commitPlanter();
+  return { waited, error: await outcome(step) };
+}
+
 const CHANGED = /schema lease was changed earlier in this transaction/;
 const OPEN = /schema lease existed before and is open to roles that are not superusers/;
 const FOREIGN = /schema lease holds objects that are not part of pg_lease/;
 const STILL_OPEN = /transactions in this database are still open/;
 
 describe('premise: why the guard cannot lock planters out', () => {
-  test('creating a function, domain or operator in a schema takes no lock on the schema; a table does', async () => {
+  test('creating a table in a schema locks the schema; a function, domain or operator only on newer minors', async () => {
     const url = await database();
     const admin = await connect(url);
     const planter = await role('planter');
@@ -216,12 +249,15 @@ describe('premise: why the guard cannot lock planters out', () => {
       locks[what] = rows.map((row) => row.mode as string);
       await session.query('ROLLBACK');
     }
-    assert.deepEqual(locks, {
-      function: [],
-      domain: [],
-      operator: [],
-      table: ['AccessShareLock'],
-    });
+    // Older minor releases take no lock for a function, domain or operator; newer ones (15.20,
+    // not 15.18) take the table's lock for each. Either way the guard cannot count on it.
+    const byCreate = [locks.function, locks.domain, locks.operator].map((modes) => modes ?? []);
+    assert.ok(
+      byCreate.every((modes) => modes.length === 0) ||
+        byCreate.every((modes) => modes.join() === 'AccessShareLock'),
+      JSON.stringify(locks),
+    );
+    assert.deepEqual(locks.table, ['AccessShareLock']);
   });
 });
 
@@ -234,7 +270,7 @@ describe('CREATE EXTENSION: a schema lease that a non-superuser made', () => {
   async function ownerAttack(
     rewrite: (attacker: string) => string,
     options: { plantAfterInstall?: boolean; prepare?: (attacker: string, url: string) => Promise<void> } = {},
-  ): Promise<{ url: string; attacker: string; error: pg.DatabaseError | undefined }> {
+  ): Promise<{ url: string; attacker: string; error: pg.DatabaseError | undefined; waited: boolean }> {
     const attacker = await role('owner');
     const url = await database(attacker);
     await options.prepare?.(attacker, url);
@@ -246,15 +282,22 @@ describe('CREATE EXTENSION: a schema lease that a non-superuser made', () => {
       await second.query(overload(attacker));
     }
     await first.query('BEGIN');
-    await first.query(rewrite(attacker));
-    const error = await outcome(first.query('CREATE EXTENSION pg_lease'));
+    let waited = false;
+    let error: pg.DatabaseError | undefined;
+    if (options.plantAfterInstall) {
+      await first.query(rewrite(attacker));
+    } else {
+      // A rewrite that fails (after waiting for the planter) is where the attack ends.
+      ({ waited, error } = await pastPlanter(first, rewrite(attacker), () => second.query('COMMIT')));
+    }
+    error ??= await outcome(first.query('CREATE EXTENSION pg_lease'));
     if (options.plantAfterInstall && !error) {
       await second.query(overload(attacker));
     }
     await first.query(error ? 'ROLLBACK' : 'COMMIT');
-    if (!options.plantAfterInstall) await second.query('COMMIT');
+    if (!options.plantAfterInstall && !waited) await second.query('COMMIT');
     await assertNothingPlanted(url, attacker);
-    return { url, attacker, error };
+    return { url, attacker, error, waited };
   }
 
   test('the brief: GRANT USAGE rewrites the schema row in the installing transaction, an overload waits uncommitted', async () => {
@@ -344,7 +387,13 @@ describe('CREATE EXTENSION: a schema lease that a non-superuser made', () => {
   });
 
   test('dropped and made again in the installing transaction: the overload is left in the dropped schema', async () => {
-    const { url, error } = await ownerAttack(() => 'DROP SCHEMA lease; CREATE SCHEMA lease');
+    const { url, error, waited } = await ownerAttack(() => 'DROP SCHEMA lease; CREATE SCHEMA lease');
+    if (waited) {
+      // A server that locks the schema while the overload is created: the DROP waited for it,
+      // and the committed overload then holds the schema, so the attack ends there.
+      assertRefused(error, '2BP01', /cannot drop schema lease because other objects depend on it/);
+      return;
+    }
     // Accepted, since no other session can see the new schema; the overload's
     // transaction took no lock the DROP had to wait for, so it commits into a
     // schema that no longer exists, where no name reaches it.
@@ -356,6 +405,7 @@ describe('CREATE EXTENSION: a schema lease that a non-superuser made', () => {
     );
     assert.equal(rows[0].n, 1, 'the overload is orphaned');
   });
+
 
   test('without a rewrite the schema is refused as open to its owner', async () => {
     const { error, attacker } = await ownerAttack(() => 'SELECT 1');

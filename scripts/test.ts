@@ -9,6 +9,7 @@
  * Usage: node dist/scripts/test.js [test files...]
  * Env: PG_LEASE_TEST_SUMMARY=file writes per-suite counts as JSON; PG_LEASE_NO_SKIP=1 (set by
  * .ci/run) fails the run when any test was skipped, since in CI a skip means a missing tool.
+ * A test (or test file) that runs longer than TEST_TIMEOUT_MS fails rather than hanging the run.
  */
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -17,6 +18,8 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PgCluster } from 'pg-lease-testing';
 import type { SuiteCounts } from './summary-reporter.js';
+
+const TEST_TIMEOUT_MS = 300_000;
 
 const distRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -52,6 +55,7 @@ async function main(): Promise<number> {
         [
           '--test',
           `--test-concurrency=${process.env.PG_LEASE_TEST_CONCURRENCY ?? 2}`,
+          `--test-timeout=${TEST_TIMEOUT_MS}`,
           '--test-reporter=spec',
           '--test-reporter-destination=stdout',
           `--test-reporter=${path.join(distRoot, 'scripts', 'summary-reporter.js')}`,

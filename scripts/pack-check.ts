@@ -27,9 +27,12 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { LeaseClient, LeaseInvalidInputError, type Lease } from 'pg-lease';
 import { PgCluster } from 'pg-lease-testing';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 
 await using cluster = await PgCluster.start();
-const pool = new pg.Pool({ connectionString: await cluster.createDatabase() });
+const url = await cluster.createDatabase();
+const pool = new pg.Pool({ connectionString: url });
 try {
   const leases = new LeaseClient(pool, { owner: 'pack-check' });
   const lease: Lease | null = await leases.acquire('job', { ttl: '30s' });
@@ -40,7 +43,23 @@ try {
   await lease.release();
   assert.equal((await leases.inspect('job'))?.epoch, 2n);
   await assert.rejects(leases.acquire('', { ttl: '30s' }), LeaseInvalidInputError);
-  console.log('pack-check consumer: acquire, renew, release, inspect ok on PostgreSQL', cluster.installation.version);
+
+  // The installed binary started directly, as docs/cli.md tells supervisors to: SIGTERM to
+  // pg-lease reaches the command, pg-lease exits 143, and the lease is released.
+  const exec = spawn(
+    './node_modules/.bin/pg-lease',
+    ['exec', '--url', url, '--key', 'signalled', '--ttl', '30s', '--', process.execPath, '-e',
+     'console.log(process.pid); setInterval(() => {}, 1000)'],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const [firstLine] = (await once(exec.stdout, 'data')) as [Buffer];
+  const commandPid = Number(firstLine.toString());
+  exec.kill('SIGTERM');
+  const [code] = (await once(exec, 'exit')) as [number | null];
+  assert.equal(code, 143, 'pg-lease exec exits 128 + SIGTERM');
+  assert.throws(() => process.kill(commandPid, 0), { code: 'ESRCH' }, 'the command is gone');
+  assert.ok(await leases.acquire('signalled', { ttl: '30s' }), 'the lease was released');
+  console.log('pack-check consumer: acquire, renew, release, inspect, exec and SIGTERM ok on PostgreSQL', cluster.installation.version);
 } finally {
   await pool.end();
 }

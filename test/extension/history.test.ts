@@ -621,6 +621,18 @@ interface Outcome {
 }
 
 /**
+ * §2's rule across columns, read from the table itself (as a superuser, through `pool`): a row is
+ * held or lapsed with owner and expiry both set, or free with both NULL. No constraint of the
+ * table holds it; the write core does.
+ */
+async function checkRowShapes(pool: pg.Pool): Promise<void> {
+  const { rows } = await pool.query<{ key: string; owner: string | null; expires_at: string | null }>(
+    `SELECT key, owner, expires_at::text FROM lease.leases WHERE (owner IS NULL) <> (expires_at IS NULL)`,
+  );
+  assert.deepEqual(rows, [], 'rows of lease.leases with only one of owner and expires_at set');
+}
+
+/**
  * Runs the random mix on `url` in rounds of ROUND operations until `operations` have been
  * issued or `enough` says the violations found so far suffice; checks after every round.
  */
@@ -629,6 +641,7 @@ async function runHistory(
   seed: number,
   operations: number,
   enough: (violations: Violation[]) => boolean = () => false,
+  rowsOf?: pg.Pool,
 ): Promise<Outcome> {
   const random = generator(seed);
   const run: Run = {
@@ -666,6 +679,7 @@ async function runHistory(
         fencedRows: new Map(rows.map((r) => [r.id, { key: r.lease_key, epoch: BigInt(r.lease_epoch) }])),
       };
       violations = checkHistory(history);
+      if (rowsOf) await checkRowShapes(rowsOf);
       if (enough(violations)) break;
     }
     return { history, violations, operations: run.calls.length };
@@ -784,7 +798,13 @@ describe('a randomized history of every call, checked against a model of the con
       role = prepared.role;
       const seed = seedFor();
       const started = performance.now();
-      const { history, violations, operations } = await runHistory(prepared.url, seed, OPERATIONS);
+      const { history, violations, operations } = await runHistory(
+        prepared.url,
+        seed,
+        OPERATIONS,
+        undefined,
+        db.pool,
+      );
       const covered = coverage(history);
       t.diagnostic(
         `seed ${seed}, version ${prepared.version}: ${operations} operations in ` +

@@ -64,8 +64,8 @@ describe('what CREATE EXTENSION makes', () => {
       ['UPDATE lease.leases SET owner = repeat($2, 1001) WHERE key = $1', [key, 'o']],
       ["UPDATE lease.leases SET owner = '' WHERE key = $1", [key]],
       ['UPDATE lease.leases SET epoch = 0 WHERE key = $1', [key]],
-      ['UPDATE lease.leases SET expires_at = NULL WHERE key = $1', [key]],
-      ["INSERT INTO lease.leases (key, owner, epoch) VALUES ('new-direct', 'o', 1)", []],
+      // The rule across owner and expires_at has no constraint (install.sql: the write core
+      // holds it, at 23k instructions less per write); history.test.ts reads every row for it.
     ];
     for (const [sql, values] of writes) {
       const error = await pgError(db.pool.query(sql, values));
@@ -113,7 +113,7 @@ describe('what CREATE EXTENSION makes', () => {
       { name: 'key', type: 'text', not_null: true },
       { name: 'owner', type: 'text', not_null: false },
     ]);
-    // The single-column rules are domains over those types; one CHECK spans two columns.
+    // The single-column rules are domains over those types; the table has no CHECK of its own.
     const rules = await db.pool.query<{ on: string; rule: string }>(
       `SELECT coalesce(nullif(conrelid, 0)::regclass::text, contypid::regtype::text) AS on,
               pg_get_constraintdef(oid) AS rule
@@ -126,7 +126,6 @@ describe('what CREATE EXTENSION makes', () => {
     assert.deepEqual(rules.rows, [
       { on: 'lease.epoch_number', rule: 'CHECK ((VALUE >= 1))' },
       { on: 'lease.key_text', rule: 'CHECK (((octet_length(VALUE) >= 1) AND (octet_length(VALUE) <= 1000)))' },
-      { on: 'lease.leases', rule: 'CHECK (((owner IS NULL) = (expires_at IS NULL)))' },
       { on: 'lease.owner_text', rule: 'CHECK (((octet_length(VALUE) >= 1) AND (octet_length(VALUE) <= 1000)))' },
     ]);
     const pk = await db.pool.query(

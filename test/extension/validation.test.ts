@@ -215,7 +215,8 @@ describe('acquire validation', () => {
 
 /**
  * acquire checks key and owner only once its guarded UPDATE grants nothing; a granting UPDATE
- * proves them valid through the table's CHECK constraints. So an invalid owner must be refused
+ * proves them valid through the table's domains and its own test of a NULL owner (which a domain
+ * lets through, and which the table no longer refuses by itself). So an invalid owner must be refused
  * alike whether the key is free, lapsed or never granted, and renew and release likewise on a
  * key whose row would otherwise match.
  */

@@ -417,8 +417,9 @@ REVOKE ALL ON FUNCTION lease._begin_write(text) FROM PUBLIC;
  *     this key and owner byte for byte, and the table's domains keep every
  *     stored key and owner within 1 to _max_bytes bytes; it holds this
  *     epoch, so the epoch is not NULL.  The owner that acquire writes is
- *     checked by those same domains; acquire turns their error into
- *     lease._validate's.
+ *     checked by those same domains (acquire turns their error into
+ *     lease._validate's); a NULL owner, which a domain lets through, never
+ *     takes acquire's fast path.
  *
  * lease._is_plain_text: 1 to _max_bytes bytes.  A NULL gives NULL, which
  * the callers treat as "not plainly valid".

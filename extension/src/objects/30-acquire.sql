@@ -69,8 +69,9 @@ DECLARE
     v_again      boolean;
     v_confirmed  boolean;
 BEGIN
-    -- Fast path (see lease._is_plain_text); wait = 0 is part of it.
-    IF (lease._is_plain_ttl(p_ttl) AND lease._is_plain_zero(p_wait)
+    -- Fast path (see lease._is_plain_text); wait = 0 is part of it, and an
+    -- owner, which the UPDATE writes and its domain would let through NULL.
+    IF (lease._is_plain_ttl(p_ttl) AND p_owner IS NOT NULL AND lease._is_plain_zero(p_wait)
         AND lease._is_plain_session() AND NOT lease._owners_bound()) IS NOT TRUE THEN
         PERFORM lease._validate('acquire', ARRAY[p_key], p_owner, p_ttl => p_ttl, p_wait => p_wait);
         PERFORM lease._begin_write('acquire');

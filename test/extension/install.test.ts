@@ -55,6 +55,23 @@ describe('what CREATE EXTENSION makes', () => {
     assert.deepEqual(rows, [{ trusted: true, relocatable: false, schema: 'lease' }]);
   });
 
+  test('every named argument a function comment shows (name => value) is a parameter of that function', async () => {
+    // What \df+ shows a DBA must run as written: a wrong name is 42883.
+    const { rows } = await db.pool.query<{ fn: string; comment: string; args: string[] }>(
+      `SELECT p.oid::regprocedure::text AS fn, d.description AS comment,
+              coalesce(p.proargnames, '{}') AS args
+         FROM pg_proc p JOIN pg_description d ON d.objoid = p.oid AND d.classoid = 'pg_proc'::regclass
+        WHERE p.pronamespace = 'lease'::regnamespace`,
+    );
+    let named = 0;
+    for (const { fn, comment, args } of rows)
+      for (const [, name] of comment.matchAll(/([A-Za-z_][A-Za-z0-9_]*)\s*=>/g)) {
+        named++;
+        assert.ok(args.includes(name!), `${fn}: its comment names "${name} =>", its parameters are ${args.join(', ')}`);
+      }
+    assert.ok(named >= 5, `only ${named} named arguments in the comments: the pattern finds nothing`);
+  });
+
   test('the table refuses a row that breaks a rule, even from a superuser writing it directly', async () => {
     const key = `direct-write-${process.pid}`;
     const grant = await acquire(db.pool, key, 'holder', '1 min');

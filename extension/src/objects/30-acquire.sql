@@ -202,6 +202,6 @@ END;
 $function$;
 
 COMMENT ON FUNCTION lease.acquire(text, text, interval, interval) IS
-    'acquire(key, owner, ttl, wait => 0): grant key to owner until server time + ttl; returns (acquired, epoch, expires_at); '
+    'acquire(key, owner, ttl, p_wait => 0): grant key to owner until server time + ttl; returns (acquired, epoch, expires_at); '
     'the same owner gets its live grant back unchanged; wait > 0 polls every 50 ms and raises 57014 when it runs out';
 

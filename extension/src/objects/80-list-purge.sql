@@ -126,8 +126,8 @@ END;
 $function$;
 
 COMMENT ON FUNCTION lease.list(text, boolean) IS
-    'list(prefix => NULL, held_only => true): every key starting with prefix, in key order, as inspect reports it: '
-    '(key, held, owner, epoch, expires_at); held_only => false adds free and lapsed keys';
+    'list(p_prefix => NULL, p_held_only => true): every key starting with prefix, in key order, as inspect reports it: '
+    '(key, held, owner, epoch, expires_at); p_held_only => false adds free and lapsed keys';
 
 /*
  * lease._first_grant_epoch (§4 purge): called by acquire right after its
@@ -290,7 +290,7 @@ END;
 $function$;
 
 COMMENT ON FUNCTION lease.purge(interval, bigint) IS
-    'purge(older_than, limit => NULL): delete keys free or lapsed for at least older_than (at most limit of them), '
+    'purge(older_than, p_limit => NULL): delete keys free or lapsed for at least older_than (at most limit of them), '
     'returning how many; held keys stay, and a purged key''s next grant still gets a greater epoch';
 
 /*

@@ -175,5 +175,5 @@ END;
 $function$;
 
 COMMENT ON FUNCTION lease.bind_owners(boolean) IS
-    'bind_owners(enabled => NULL): with true, owner "<role>/..." or "<role>" may only be granted, renewed or released by members of that role, '
+    'bind_owners(p_enabled => NULL): with true, owner "<role>/..." or "<role>" may only be granted, renewed or released by members of that role, '
     'and only they may fence or watch its keys; false turns it off; NULL reports; database owner or superuser only';

@@ -105,10 +105,6 @@ export class ExecReporter {
     this.#key = options.key;
   }
 
-  get enabled(): boolean {
-    return this.#enabled;
-  }
-
   /** Subscribes to the client's events of the key (one client per process: exec's). */
   follow(): void {
     if (!this.#enabled || this.#unsubscribe) return;
@@ -154,6 +150,9 @@ export class ExecReporter {
   granted(lease: Lease): void {
     if (!this.#enabled) return;
     this.#lease = lease;
+    // The grant is itself an answer of the server: trouble before it (the listening
+    // connection of a wait) is over.
+    this.#trouble = undefined;
     this.emit({
       event: 'acquired',
       ...identity(lease),

@@ -116,11 +116,20 @@ export interface RenewedEvent extends LeaseEventBase {
  * @example
  * import type { RenewalFailedEvent } from 'pg-lease';
  * const urgent = (e: RenewalFailedEvent) => e.timeLeftMs < 5_000;
+ * const next = (e: RenewalFailedEvent) =>
+ *   e.retryInMs === undefined ? 'at the next renewal' : `in ${e.retryInMs} ms`;
  */
 export interface RenewalFailedEvent extends LeaseEventBase {
   error: unknown;
   retrying: boolean;
   timeLeftMs: number;
+  /**
+   * When keep-alive's own renewal failed and it tries again: the wait before that try, a tenth
+   * of the ttl between 10 ms and 1 s (near enough: handles of one renewal interval that fail
+   * close together are retried together). Absent when nothing retries, and for a failed
+   * `lease.renew()` call, after which keep-alive renews at its usual time.
+   */
+  retryInMs?: number;
 }
 
 /**

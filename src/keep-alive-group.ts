@@ -23,6 +23,7 @@ import { performance } from 'node:perf_hooks';
 import {
   endsKeepAlive,
   keepAliveIntervalMs,
+  keepAliveRetryMs,
   keepAlivePeriodMs,
   sleepUntilStopped,
   type KeepAliveOptions,
@@ -137,7 +138,7 @@ class Member implements Scheduler {
         this.stop();
         return;
       }
-      this.#bucket?.retry(this, Math.min(1_000, Math.max(10, this.ttlMs() / 10)));
+      this.#bucket?.retry(this, keepAliveRetryMs(this.ttlMs()));
     });
     void renewal.finally(() => {
       this.#inFlight = false;

@@ -78,6 +78,16 @@ export function keepAlivePeriodMs(intervalMs: number | undefined, ttlMs: number)
 }
 
 /**
+ * How long keep-alive waits before it tries again after a renewal that failed without a verdict
+ * (a driver error): a tenth of the ttl, at least 10 ms and at most 1 s, so an outage shorter
+ * than the ttl gets several tries. The one rule for the scheduler, and for the `retryInMs` that
+ * a `renewalFailed` event announces. @internal
+ */
+export function keepAliveRetryMs(ttlMs: number): number {
+  return Math.min(1_000, Math.max(10, ttlMs / 10));
+}
+
+/**
  * Waits `ms`, chaining timers past Node's limit; resolves false once `stop` aborts, else true.
  * Never keeps the process alive. @internal
  */

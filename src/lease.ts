@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import type { Duration } from './duration.js';
 import { LeaseError, LeaseLostError, type LostStatus } from './errors.js';
 import { observed, publish } from './events.js';
-import { MAX_TIMER_MS, type KeepAliveOptions, type Scheduler } from './keeper.js';
+import { MAX_TIMER_MS, keepAliveRetryMs, type KeepAliveOptions, type Scheduler } from './keeper.js';
 import { validateInput } from './validation.js';
 
 /**
@@ -124,7 +124,7 @@ export class Lease implements AsyncDisposable {
     this.#deadline = grant.deadline;
     this.#armDeadline();
     if (keepAlive && !this.#ended) {
-      const renew = () => this.#renewSerialized();
+      const renew = () => this.#renewSerialized(undefined, true);
       const ttlMs = () => this.#ttlMicroseconds / 1000;
       this.#keeper = calls.scheduler(renew, ttlMs, keepAlive);
       this.#keeper.start(this.#deadline - this.#ttlMicroseconds / 1000);
@@ -250,18 +250,21 @@ export class Lease implements AsyncDisposable {
     await this.release();
   }
 
-  /** Renewals run one at a time, so the deadline always comes from the last one the server ran. */
-  #renewSerialized(ttlMicroseconds?: number): Promise<Date> {
+  /**
+   * Renewals run one at a time, so the deadline always comes from the last one the server ran.
+   * `byKeepAlive`: the keep-alive's own renewal, which it retries soon if it fails.
+   */
+  #renewSerialized(ttlMicroseconds?: number, byKeepAlive = false): Promise<Date> {
     // Without a ttl (keep-alive, renew()), the ttl in force when the renewal runs: one queued
     // behind a renew(ttl) must not put the old ttl back.
     const renewal = this.#renewals.then(() =>
-      this.#renewOnce(ttlMicroseconds ?? this.#ttlMicroseconds),
+      this.#renewOnce(ttlMicroseconds ?? this.#ttlMicroseconds, byKeepAlive),
     );
     this.#renewals = renewal.catch(() => undefined);
     return renewal;
   }
 
-  async #renewOnce(ttlMicroseconds: number): Promise<Date> {
+  async #renewOnce(ttlMicroseconds: number, byKeepAlive: boolean): Promise<Date> {
     this.#throwIfEnded();
     if (performance.now() >= this.#deadline) this.#lose('expired', this.#lastFailure);
     this.#throwIfEnded();
@@ -272,11 +275,16 @@ export class Lease implements AsyncDisposable {
       this.#lastFailure = error;
       if (observed('renewalFailed')) {
         const timeLeftMs = Math.max(0, this.#deadline - performance.now());
+        const retrying = this.#keeper !== undefined && !this.#ended && timeLeftMs > 0;
         publish('renewalFailed', {
           ...this.#identity(),
           error,
-          retrying: this.#keeper !== undefined && !this.#ended && timeLeftMs > 0,
+          retrying,
           timeLeftMs,
+          // The keep-alive retries its own renewal after keepAliveRetryMs (keep-alive-group.ts).
+          ...(retrying && byKeepAlive
+            ? { retryInMs: keepAliveRetryMs(this.#ttlMicroseconds / 1000) }
+            : {}),
         });
       }
       throw error;

@@ -10,6 +10,7 @@ import { LeaseAbortedError, LeaseInvalidInputError, LeaseTimeoutError } from '..
 import { checkDuration } from '../validation.js';
 import { openLeaseClient, parseCommand, print, required, warn } from './common.js';
 import { printFailure } from './errors.js';
+import { ExecReporter, failureOf } from './exec-events.js';
 import { commandHelp } from './help.js';
 import { EXIT, UsageError } from './exit-codes.js';
 
@@ -49,6 +50,8 @@ export async function execCommand(args: string[]): Promise<number> {
   const graceMs = graceMilliseconds(values.grace ?? DEFAULT_GRACE);
   const verbose = values.verbose;
   const json = values.json;
+  // --verbose: what happens to the lease and the command, one line per event on stderr.
+  const reporter = new ExecReporter({ enabled: verbose, json, key });
   /** pg-lease's own outcome: one JSON object on stdout with --json, else a line on stderr. */
   const outcome = (text: string, value: Record<string, unknown>) =>
     json ? print(true, text, value) : warn(text);
@@ -74,8 +77,19 @@ export async function execCommand(args: string[]): Promise<number> {
 
   const { client, close } = openLeaseClient(values);
   try {
+    reporter.follow();
     let lease;
-    if (verbose && values.wait !== undefined) warn(`waiting up to ${values.wait} for ${key}`);
+    if (values.wait !== undefined) {
+      // An invalid --wait is told by acquire, which refuses it.
+      const wait = checkDuration('wait', values.wait, 'non-negative');
+      if (wait.violation === undefined)
+        reporter.emit({
+          event: 'waiting',
+          key,
+          wait: values.wait,
+          waitMs: wait.microseconds / 1000,
+        });
+    }
     try {
       lease = await client.acquire(key, {
         ttl,
@@ -112,7 +126,7 @@ export async function execCommand(args: string[]): Promise<number> {
       });
       return EXIT.NOT_ACQUIRED;
     }
-    if (verbose) warn(`holding ${key} as ${lease.owner}, epoch ${lease.epoch}`);
+    reporter.granted(lease);
     if (lease.lost) {
       // Granted, but too late to be of use (a wait that ate the whole ttl): do not start.
       await lease.release().catch(() => undefined);
@@ -135,6 +149,8 @@ export async function execCommand(args: string[]): Promise<number> {
         PG_LEASE_EPOCH: lease.epoch.toString(),
       },
     });
+    if (child.pid !== undefined)
+      reporter.emit({ event: 'started', pid: child.pid, command: [...command] });
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>(
       (resolve, reject) => {
         child.once('exit', (code, signal) => resolve({ code, signal }));
@@ -150,7 +166,7 @@ export async function execCommand(args: string[]): Promise<number> {
       }
     };
     forward = (signal: NodeJS.Signals) => {
-      if (verbose) warn(`passing ${signal} on to the command`);
+      reporter.emit({ event: 'signal', signal, reason: 'forwarded' });
       signalGroup(signal);
     };
     for (const signal of pending.splice(0)) forward(signal);
@@ -159,12 +175,20 @@ export async function execCommand(args: string[]): Promise<number> {
     const onLoss = () => {
       const lost = lease.lost;
       if (!lost) return; // released: the command has exited already
-      if (!json)
-        warn(
-          `${describeLoss(lost)}; stopping the command (SIGTERM, SIGKILL after ${values.grace ?? DEFAULT_GRACE})`,
-        );
       signalGroup('SIGTERM');
-      killTimer = setTimeout(() => signalGroup('SIGKILL'), graceMs);
+      killTimer = setTimeout(() => {
+        reporter.emit({ event: 'signal', signal: 'SIGKILL', reason: 'grace' });
+        signalGroup('SIGKILL');
+      }, graceMs);
+      // Told once the client has published the loss (it aborts the signal first), so that the
+      // event stream has the loss before what exec did about it.
+      queueMicrotask(() => {
+        if (!json)
+          warn(
+            `${describeLoss(lost)}; stopping the command (SIGTERM, SIGKILL after ${values.grace ?? DEFAULT_GRACE})`,
+          );
+        reporter.emit({ event: 'signal', signal: 'SIGTERM', reason: 'lost' });
+      });
     };
     lease.signal.addEventListener('abort', onLoss, { once: true });
 
@@ -174,6 +198,12 @@ export async function execCommand(args: string[]): Promise<number> {
     try {
       ended = await exited;
       lostWhileRunning = lease.lost;
+      reporter.emit({
+        event: 'exited',
+        pid: child.pid ?? null,
+        exitCode: ended.code,
+        signal: ended.signal,
+      });
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       return failed(
@@ -192,11 +222,19 @@ export async function execCommand(args: string[]): Promise<number> {
       await lease.release().then(
         (status) => {
           released = status;
-          if (!json && (verbose || (status !== 'ok' && !lease.lost)))
+          // With --verbose the client's release event has been told already.
+          if (!json && !verbose && status !== 'ok' && !lease.lost)
             warn(`released ${key}: ${status}`);
         },
         (error: unknown) => {
           released = `error: ${(error as Error).message}`;
+          reporter.emit({
+            event: 'releaseFailed',
+            key: lease.key,
+            owner: lease.owner,
+            epoch: lease.epoch,
+            error: failureOf(error),
+          });
           if (!json)
             warn(`could not release ${key} (it lapses at its expiry): ${(error as Error).message}`);
         },
@@ -226,6 +264,7 @@ export async function execCommand(args: string[]): Promise<number> {
     return exit;
   } finally {
     for (const signal of FORWARDED_SIGNALS) process.off(signal, onSignal);
+    reporter.close();
     await close();
   }
 }

@@ -95,7 +95,12 @@ nothing acquired. The command gets PG_LEASE_KEY, PG_LEASE_OWNER and PG_LEASE_EPO
 fencing epoch) in its environment, and runs in a process group of its own: signals sent to
 pg-lease are passed on to the whole group. If the lease is lost, the group gets SIGTERM,
 and SIGKILL after --grace (default 10s). When the command exits, what is left of its group
-gets SIGTERM and the lease is released. In a loop, exec --wait is the leader pattern.`,
+gets SIGTERM and the lease is released. In a loop, exec --wait is the leader pattern.
+--verbose tells on stderr, a line per event, what happens: the grant and its time left,
+each renewal, a renewal that failed and when it is tried again, a broken connection and
+the renewal that got through again, the loss, signals passed on, the command's exit, the
+release. With --json each line is a JSON object with an "event" name (docs/cli.md lists
+them); the outcome stays on stdout.`,
     exit: `the command's own (128 + N if signal N ended it); 75 not acquired; 76 lease lost while
 the command ran; 128 + N signal N stopped --wait; 126/127 the command could not be run /
 was not found.`,

@@ -145,6 +145,28 @@ export function serverLimits() {
   return { bytes: limit('_max_bytes'), years: limit('_max_years'), keys: limit('_max_keys') };
 }
 
+/**
+ * The templates of `lease._message` (objects/10-rules.sql), by id: each entry is one line
+ * `WHEN 'id' THEN 'template'`, a SQL string literal ('' for a quote).
+ */
+export function serverMessages() {
+  const rules = fs.readFileSync(path.join(extensionDir, 'src', 'objects', '10-rules.sql'), 'utf8');
+  const body =
+    /FUNCTION lease\._message\(p_id text\)[^;]*?\nRETURN CASE p_id\n([\s\S]*?)\nEND;/.exec(rules);
+  if (!body)
+    throw new Error('objects/10-rules.sql: no lease._message(p_id text) RETURN CASE p_id ... END;');
+  const messages = {};
+  for (const line of body[1].split('\n')) {
+    const entry = /^\s*WHEN '([a-z_]+)' THEN '((?:[^']|'')*)'$/.exec(line);
+    if (!entry)
+      throw new Error(
+        `objects/10-rules.sql, lease._message: not WHEN 'id' THEN 'template': ${line}`,
+      );
+    messages[entry[1]] = entry[2].replaceAll("''", "'");
+  }
+  return messages;
+}
+
 /** src/generated/sql.ts for the scripts of {@link extensionScripts}. */
 export function bundleModule(scripts, version = defaultVersion()) {
   const installName = `pg_lease--${version}.sql`;
@@ -172,6 +194,9 @@ export function bundleModule(scripts, version = defaultVersion()) {
     '',
     '/** A batch takes at most this many keys (`lease._max_keys()`). */',
     `export const MAX_BATCH_KEYS = ${serverLimits().keys};`,
+    '',
+    '/** The wording of the refusals the client gives too (`lease._message`): format templates. */',
+    `export const MESSAGES = ${JSON.stringify(serverMessages(), null, 2)} as const;`,
     '',
     '/** File name of the bundled install script under extension/sql. */',
     `export const BUNDLED_SCRIPT_NAME = '${installName}';`,

@@ -1,8 +1,9 @@
 /**
  * The server's input rules (`lease._validate`, SEMANTICS §3), checked before a call is sent so
  * that a mistake costs no round trip and a duration the client cannot read never reaches the
- * server. Same rules, same order, same DETAIL and HINT text as the server's 22023 error; the
- * client tests compare the two for the same inputs.
+ * server. Same rules, same order, and the server's own DETAIL and HINT wording (`lease._message`,
+ * which the build copies into the generated module) as its 22023 error; the client tests compare
+ * the two for the same inputs.
  *
  * On top of them, the client's own rules for what it alone reads (docs/client.md, "Durations"):
  * a duration is a whole number of milliseconds (a number) or interval text with a unit; text
@@ -13,7 +14,7 @@
  */
 import { parseIntervalFields, toMicroseconds, type Duration } from './duration.js';
 import { LeaseInvalidInputError } from './errors.js';
-import { MAX_BYTES, MAX_YEARS } from './generated/sql.js';
+import { MAX_BYTES, MAX_YEARS, MESSAGES } from './generated/sql.js';
 
 /** Which API function the input is for; it decides which parameters apply, as on the server. */
 export type LeaseFunction = 'acquire' | 'renew' | 'release' | 'inspect';
@@ -43,17 +44,22 @@ export const MAX_KEY_BYTES = MAX_BYTES;
 /** Intervals are at most MAX_YEARS years, compared as PostgreSQL compares them (a year: 360 days). */
 const MAX_INTERVAL_MICROSECONDS = MAX_YEARS * 12 * 30 * 24 * 60 * 60 * 1_000_000;
 
+/**
+ * A wording of the server's (`lease._message`, generated from the SQL) filled in as
+ * `pg_catalog.format` fills it: `%s` takes the next argument, `%n$s` the n-th.
+ */
+function message(id: keyof typeof MESSAGES, ...args: (string | number)[]): string {
+  let next = 0;
+  return MESSAGES[id].replace(/%(?:(\d+)\$)?s/g, (_, position: string | undefined) =>
+    String(args[position === undefined ? next++ : Number(position) - 1]),
+  );
+}
+
 const HINT: Record<LeaseFunction, string> = {
-  inspect: `key is a non-empty string of at most ${MAX_BYTES} bytes.`,
-  release: `key and owner are non-empty strings of at most ${MAX_BYTES} bytes; epoch is the one acquire returned.`,
-  acquire:
-    `key and owner are non-empty strings of at most ${MAX_BYTES} bytes; ` +
-    `intervals are finite, at most ${MAX_YEARS} years, without negative fields; ` +
-    'ttl is greater than zero.',
-  renew:
-    `key and owner are non-empty strings of at most ${MAX_BYTES} bytes; ` +
-    `intervals are finite, at most ${MAX_YEARS} years, without negative fields; ` +
-    'ttl is greater than zero.',
+  inspect: message('hint_key', MAX_BYTES, MAX_YEARS),
+  release: message('hint_release', MAX_BYTES, MAX_YEARS),
+  acquire: message('hint_grant', MAX_BYTES, MAX_YEARS),
+  renew: message('hint_grant', MAX_BYTES, MAX_YEARS),
 };
 
 /**
@@ -68,7 +74,7 @@ export function validateInput(fn: LeaseFunction, input: LeaseInput): ValidInput 
   let epoch = 0n;
   if (fn === 'renew' || fn === 'release') {
     if (input.epoch === null || input.epoch === undefined)
-      violations.push('epoch must not be null');
+      violations.push(message('null', 'epoch'));
     else epoch = toEpoch(input.epoch, violations);
   }
 
@@ -173,10 +179,7 @@ function checkDurationOnce(
   value: Duration | undefined,
   rule: 'positive' | 'non-negative',
 ): CheckedDuration {
-  const range =
-    rule === 'positive'
-      ? `${name} must be a positive finite interval`
-      : `${name} must be a non-negative finite interval`;
+  const range = message(rule === 'positive' ? 'not_positive' : 'negative', name);
   let fields;
   if (typeof value === 'number') {
     if (!Number.isFinite(value)) return { violation: range };
@@ -199,7 +202,7 @@ function checkDurationOnce(
   if (hasNegativeField(fields) || (rule === 'positive' ? microseconds <= 0 : microseconds < 0))
     return { violation: range };
   if (microseconds > MAX_INTERVAL_MICROSECONDS)
-    return { violation: `${name} must be at most ${MAX_YEARS} years` };
+    return { violation: message('too_far', name, MAX_YEARS) };
   if (microseconds % 1000 !== 0)
     return { violation: `${name} must be a whole number of milliseconds, got ${show(value)}` };
   return { violation: undefined, microseconds };
@@ -225,10 +228,9 @@ function show(value: Duration): string {
 }
 
 function checkText(name: 'key' | 'owner', value: unknown, violations: string[]): void {
-  if (typeof value !== 'string' || value.length === 0)
-    violations.push(`${name} must be a non-empty string`);
+  if (typeof value !== 'string' || value.length === 0) violations.push(message('empty', name));
   else if (Buffer.byteLength(value, 'utf8') > MAX_KEY_BYTES)
-    violations.push(`${name} must be at most ${MAX_KEY_BYTES} bytes`);
+    violations.push(message('too_long', name, MAX_KEY_BYTES));
 }
 
 /** pg_lease reads "positive" as: no field negative (see `lease._has_negative_field`). */

@@ -6,6 +6,7 @@
  *   lease._is_live        when a grant holds (§2): the predicate of every call
  *   lease._refusal_of     why a renew, release or epoch check does not match (I8)
  *   lease._validate       every input check of every call, scalar or array (§3)
+ *   lease._message        the wording of the refusals the client gives too
  *   lease._begin_write    the transaction a write may run in (§5)
  *
  * The small ones are SQL-standard functions: PostgreSQL binds their bodies
@@ -54,6 +55,33 @@ CREATE OR REPLACE FUNCTION lease._max_keys()
 RETURN 10000;
 
 REVOKE ALL ON FUNCTION lease._max_keys() FROM PUBLIC;
+
+/*
+ * lease._message(id): the wording of each DETAIL phrase and HINT that the
+ * client also gives, when it refuses input before sending it, as a
+ * pg_catalog.format template.  The phrases take the argument's name first
+ * (%s), then the limit; the hints take _max_bytes as %1$s and _max_years as
+ * %2$s.  scripts/generate-sql.mjs copies these templates into the client's
+ * generated module, so that neither side writes them by hand: keep each
+ * entry on one line, WHEN 'id' THEN 'template'.
+ */
+CREATE OR REPLACE FUNCTION lease._message(p_id text)
+    RETURNS text
+    LANGUAGE sql
+    IMMUTABLE PARALLEL SAFE
+RETURN CASE p_id
+    WHEN 'empty' THEN '%s must be a non-empty string'
+    WHEN 'too_long' THEN '%s must be at most %s bytes'
+    WHEN 'not_positive' THEN '%s must be a positive finite interval'
+    WHEN 'negative' THEN '%s must be a non-negative finite interval'
+    WHEN 'too_far' THEN '%s must be at most %s years'
+    WHEN 'null' THEN '%s must not be null'
+    WHEN 'hint_key' THEN 'key is a non-empty string of at most %1$s bytes.'
+    WHEN 'hint_release' THEN 'key and owner are non-empty strings of at most %1$s bytes; epoch is the one acquire returned.'
+    WHEN 'hint_grant' THEN 'key and owner are non-empty strings of at most %1$s bytes; intervals are finite, at most %2$s years, without negative fields; ttl is greater than zero.'
+END;
+
+REVOKE ALL ON FUNCTION lease._message(text) FROM PUBLIC;
 
 /*
  * lease._is_live(owner, expires_at, at): the row's grant holds at server
@@ -131,9 +159,9 @@ CREATE OR REPLACE FUNCTION lease._text_problem(p_name text, p_value text)
     IMMUTABLE PARALLEL SAFE
 RETURN CASE
     WHEN p_value IS NULL OR pg_catalog.octet_length(p_value) = 0
-        THEN p_name || ' must be a non-empty string'
+        THEN pg_catalog.format(lease._message('empty'), p_name)
     WHEN pg_catalog.octet_length(p_value) > lease._max_bytes()
-        THEN pg_catalog.format('%s must be at most %s bytes', p_name, lease._max_bytes())
+        THEN pg_catalog.format(lease._message('too_long'), p_name, lease._max_bytes())
 END;
 
 REVOKE ALL ON FUNCTION lease._text_problem(text, text) FROM PUBLIC;
@@ -153,10 +181,9 @@ RETURN CASE
          OR (p_positive AND p_value <= interval '0')
          -- Only a finite interval reaches _has_negative_field (CASE order).
          OR CASE WHEN pg_catalog.isfinite(p_value) THEN lease._has_negative_field(p_value) END
-        THEN p_name || CASE WHEN p_positive THEN ' must be a positive finite interval'
-                            ELSE ' must be a non-negative finite interval' END
+        THEN pg_catalog.format(lease._message(CASE WHEN p_positive THEN 'not_positive' ELSE 'negative' END), p_name)
     WHEN p_value > lease._max_interval()
-        THEN pg_catalog.format('%s must be at most %s years', p_name, lease._max_years())
+        THEN pg_catalog.format(lease._message('too_far'), p_name, lease._max_years())
 END;
 
 REVOKE ALL ON FUNCTION lease._interval_problem(text, interval, boolean) FROM PUBLIC;
@@ -226,10 +253,10 @@ BEGIN
         -- p_keys[1] is the prefix: NULL (every key) or at most _max_bytes.
         IF pg_catalog.octet_length(p_keys[1]) > lease._max_bytes() THEN
             v_problems := v_problems
-                || pg_catalog.format('prefix must be at most %s bytes', lease._max_bytes());
+                || pg_catalog.format(lease._message('too_long'), 'prefix', lease._max_bytes());
         END IF;
         IF p_held_only IS NULL THEN
-            v_problems := v_problems || 'held_only must not be null'::text;
+            v_problems := v_problems || pg_catalog.format(lease._message('null'), 'held_only');
         END IF;
         v_hint := pg_catalog.format(
             'prefix is NULL or a string of at most %s bytes; held_only is true or false.',
@@ -246,7 +273,7 @@ BEGIN
         IF NOT v_batch THEN
             v_problems := v_problems || lease._text_problem('key', p_keys[1]);
         ELSIF p_keys IS NULL THEN
-            v_problems := v_problems || 'keys must not be null'::text;
+            v_problems := v_problems || pg_catalog.format(lease._message('null'), 'keys');
         ELSIF pg_catalog.cardinality(p_keys) = 0 THEN
             v_problems := v_problems || 'keys must not be empty'::text;
         ELSIF pg_catalog.array_ndims(p_keys) <> 1 THEN
@@ -291,11 +318,11 @@ BEGIN
 
         IF p_call IN ('renew', 'release', 'fence') THEN
             IF p_epochs[1] IS NULL THEN
-                v_problems := v_problems || 'epoch must not be null'::text;
+                v_problems := v_problems || pg_catalog.format(lease._message('null'), 'epoch');
             END IF;
         ELSIF p_call IN ('renew_many', 'release_many') THEN
             IF p_epochs IS NULL THEN
-                v_problems := v_problems || 'epochs must not be null'::text;
+                v_problems := v_problems || pg_catalog.format(lease._message('null'), 'epochs');
             ELSIF pg_catalog.cardinality(p_epochs) > 0 AND pg_catalog.array_ndims(p_epochs) <> 1 THEN
                 v_problems := v_problems || 'epochs must be a one-dimensional array'::text;
             ELSE
@@ -331,21 +358,18 @@ BEGIN
                         ELSE pg_catalog.format('; ttl is a positive finite interval of at most %s years.',
                                                lease._max_years()) END
             WHEN p_call = 'inspect' THEN
-                pg_catalog.format('key is a non-empty string of at most %s bytes.', lease._max_bytes())
+                pg_catalog.format(lease._message('hint_key'), lease._max_bytes())
             WHEN p_call = 'fence' THEN
                 pg_catalog.format('key is a non-empty string of at most %s bytes; epoch is the one acquire returned.',
                                   lease._max_bytes())
             WHEN p_call = 'release' THEN
-                pg_catalog.format('key and owner are non-empty strings of at most %s bytes; epoch is the one acquire returned.',
-                                  lease._max_bytes())
+                pg_catalog.format(lease._message('hint_release'), lease._max_bytes())
             WHEN p_call = 'watch' THEN
                 pg_catalog.format('key is a non-empty string of at most %s bytes; '
                                   'wait is a finite interval, at most %s years, without negative fields.',
                                   lease._max_bytes(), lease._max_years())
             ELSE
-                pg_catalog.format('key and owner are non-empty strings of at most %s bytes; '
-                                  'intervals are finite, at most %s years, without negative fields; '
-                                  'ttl is greater than zero.', lease._max_bytes(), lease._max_years())
+                pg_catalog.format(lease._message('hint_grant'), lease._max_bytes(), lease._max_years())
         END;
     END IF;
 

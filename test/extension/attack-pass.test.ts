@@ -15,7 +15,12 @@
  *      the caller's collation;
  *   3. a role with no privilege beyond PUBLIC's (and CREATE in some schema of its own) blocks
  *      ALTER EXTENSION pg_lease UPDATE from 0.2.0: it makes a function or view that refers to
- *      one of the 0.2.0 helpers the update drops; creating it needs no EXECUTE on the helper.
+ *      one of the 0.2.0 helpers the update drops; creating it needs no EXECUTE on the helper;
+ *   4. with synchronous standbys configured, a same-owner acquire that waited for the row lock
+ *      (behind a fenced writer of the holder) past the grant's expiry answers acquired = false,
+ *      as if another owner held the key, and its transaction keeps the row locked, so the
+ *      takeover waits for it (30-acquire.sql: the confirming UPDATE runs outside any
+ *      subtransaction).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -260,4 +265,90 @@ describe('3. a role without privileges cannot block ALTER EXTENSION pg_lease UPD
       }
     });
   }
+});
+
+describe('4. with synchronous standbys, a same-owner acquire that waited past the expiry', () => {
+  /*
+   * The attack: with synchronous_standby_names set, a same-owner acquire confirms its live
+   * grant by rewriting the row unchanged (§10 Durable commits), with a plain UPDATE in the
+   * caller's transaction (30-acquire.sql, step 2). When that UPDATE waits for the row lock (a
+   * fenced writer of the holder, or any role's watch or fence in an open transaction while
+   * owners are not bound) and the grant lapses meanwhile, the clock read after it says "not
+   * live", the call goes round once more with its first clock reading (the grant still live
+   * by it, so step 1 takes nothing over) and ends denied: acquired = false, the answer for a
+   * key HELD by another owner (§4), although the only holder was the caller. And the UPDATE's
+   * row lock stays with the caller's transaction, which changed nothing: the takeover by
+   * another owner waits until it ends (§12 "A refusal keeps no lock"; §5).
+   *
+   * No standby is needed to see it: nothing commits while synchronous_standby_names names one
+   * (a commit would wait for it); every transaction here rolls back.
+   */
+  let cluster: PgCluster;
+  let url: string;
+  before(async () => {
+    cluster = await PgCluster.start();
+    url = await cluster.createDatabase();
+  });
+  after(async () => {
+    await cluster?.destroy();
+  });
+
+  test('neither answers denied nor keeps the row locked', async () => {
+    const key = uniqueKey('sync-same-owner');
+    const setup = new pg.Client({ connectionString: url });
+    await setup.connect();
+    let configured = false;
+    try {
+      const grant = await acquire(setup, key, 'holder', '2 seconds');
+      await cluster.query(`ALTER SYSTEM SET synchronous_standby_names = 'attack_nobody'`);
+      await cluster.reload();
+      configured = true;
+      await using iso = await Isolation.open(url, ['writer', 'holder', 'taker']);
+      const { writer, holder, taker } = iso.named;
+      assert.equal(
+        (await holder.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names,
+        'attack_nobody',
+      );
+      try {
+        await writer.query('BEGIN');
+        await writer.query('SELECT lease.fence($1, $2::bigint)', [key, String(grant.epoch)]);
+        await holder.query('BEGIN');
+        const confirm = holder.start(acquireCall(key, 'holder', '1 minute'));
+        await iso.untilBlocked(confirm, writer);
+        await sleepPast(setup, grant.expiresAt);
+        await taker.query('BEGIN');
+        const takeover = taker.start(acquireCall(key, 'taker', '1 minute'));
+        await iso.untilBlocked(takeover);
+        await writer.query('ROLLBACK');
+        const answer = await confirm.result().then(
+          (acquired) => acquired,
+          (error: pg.DatabaseError) => error,
+        );
+        if (answer instanceof Error) {
+          assert.equal((answer as pg.DatabaseError).code, '40001', answer.message);
+        } else {
+          if (!answer.acquired)
+            assert.fail(
+              'the caller’s own grant lapsed while it waited, nobody else held the key, yet it ' +
+                `was denied; the takeover is now blocked by: ${(await iso.blockers(taker)).join(', ') || 'nobody'}`,
+            );
+          assert.ok(answer.epoch! > grant.epoch!, 'a grant after the lapse is a new one');
+          return;
+        }
+        // The holder's transaction is over (aborted): the takeover must not wait for it.
+        await iso.untilSettled(takeover);
+        assert.equal((await takeover.result()).acquired, true);
+      } finally {
+        await holder.query('ROLLBACK').catch(() => undefined);
+        await taker.query('ROLLBACK').catch(() => undefined);
+        await writer.query('ROLLBACK').catch(() => undefined);
+      }
+    } finally {
+      if (configured) {
+        await cluster.query('ALTER SYSTEM RESET synchronous_standby_names');
+        await cluster.reload();
+      }
+      await setup.end();
+    }
+  });
 });

@@ -139,18 +139,20 @@ BEGIN
 
     -- The last attempt says why: the key was held by another owner, or its
     -- row was locked by a transaction that had not ended (in practice an
-    -- acquire that has not committed yet).
+    -- acquire that has not committed yet).  The key is quoted under COLLATE
+    -- "C": before PostgreSQL 18 replace() refuses the caller's collation when
+    -- it is nondeterministic.
     IF v_locked THEN
         RAISE EXCEPTION 'pg_lease: acquire timed out'
             USING ERRCODE = 'query_canceled',
                   DETAIL = pg_catalog.format('key "%s" was still locked by another transaction after waiting %s',
-                                             pg_catalog.replace(p_key, '"', '""'), p_wait),
+                                             pg_catalog.replace(p_key COLLATE pg_catalog."C", '"', '""'), p_wait),
                   HINT = 'A transaction that is changing this key, typically an uncommitted acquire, has not ended.';
     END IF;
     RAISE EXCEPTION 'pg_lease: acquire timed out'
         USING ERRCODE = 'query_canceled',
               DETAIL = pg_catalog.format('key "%s" was still held after waiting %s',
-                                         pg_catalog.replace(p_key, '"', '""'), p_wait),
+                                         pg_catalog.replace(p_key COLLATE pg_catalog."C", '"', '""'), p_wait),
               HINT = 'lease.inspect(key) shows the current holder and its expiry.';
 END;
 $function$;

@@ -50,6 +50,15 @@ REVOKE ALL ON FUNCTION lease._lock_margin() FROM PUBLIC;
  * a matching row proves them valid (see lease._is_plain_text).  A refusal
  * that matches after all (the row changed between the two statements'
  * snapshots) goes round again.
+ *
+ * A refusal keeps no lock (§12).  Under READ COMMITTED an UPDATE or a
+ * SELECT ... FOR NO KEY UPDATE whose row version was changed by a
+ * transaction that committed while it waited locks the newest version,
+ * rechecks its WHERE clause there and, when that fails, skips the row but
+ * keeps the lock.  After a takeover that would leave the former holder's
+ * transaction holding the new holder's row.  So each of the two steps runs
+ * in a subtransaction that is rolled back (PLL02) unless it wrote, or
+ * locked, the caller's live grant.
  */
 DO $define$
 DECLARE
@@ -80,17 +89,18 @@ BEGIN
                AND l.epoch = p_epoch
                AND l.expires_at > v_need
             RETURNING %5$s INTO %6$s;
-            IF FOUND THEN
-                -- Written within the margin (v_locked is NULL until 2.): a
-                -- clock read after the UPDATE, not in its RETURNING list,
-                -- which Citus refuses for a volatile function.
-                IF v_locked OR pg_catalog.clock_timestamp() < v_need THEN
-                    %8$s
-                    RETURN NEXT;
-                    RETURN;
-                END IF;
-                RAISE EXCEPTION USING ERRCODE = 'PLL02';
+            -- Written within the margin (v_locked is NULL until 2.): a
+            -- clock read after the UPDATE, not in its RETURNING list,
+            -- which Citus refuses for a volatile function.
+            IF FOUND AND (v_locked OR pg_catalog.clock_timestamp() < v_need) THEN
+                %8$s
+                RETURN NEXT;
+                RETURN;
             END IF;
+            -- Not written, or too late: undo the write, and any lock the
+            -- UPDATE took on a newer row version that failed its recheck
+            -- (a takeover that committed while it waited).
+            RAISE EXCEPTION USING ERRCODE = 'PLL02';
         EXCEPTION
             WHEN SQLSTATE 'PLL02' THEN
                 NULL;
@@ -111,7 +121,9 @@ BEGIN
             IF FOUND AND lease._is_live(p_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
                 v_locked := true;
                 v_need := v_now;
-            ELSIF FOUND THEN
+            ELSE
+                -- Lapsed, or no row: also NOT FOUND may hold a lock, on a
+                -- newer version that failed the recheck.
                 RAISE EXCEPTION USING ERRCODE = 'PLL02';
             END IF;
         EXCEPTION

@@ -142,42 +142,55 @@ BEGIN
             -- HELD (§2): the same owner gets its grant unchanged, anyone
             -- else is denied.
             IF v_owner = p_owner COLLATE pg_catalog."C" THEN
+                -- v_confirmed: true once the row is locked, NULL when no
+                -- lock is needed, false when the grant changed meanwhile.
+                v_confirmed := NULL;
                 IF pg_catalog.current_setting('synchronous_standby_names') <> '' THEN
                     -- §10 Durable commits: the grant's own commit may have
                     -- been acknowledged before a synchronous standby had it
                     -- (a cancelled wait).  Rewriting the row unchanged makes
                     -- this transaction's commit wait for the standby, and so
                     -- for everything before it.  The UPDATE also locks the
-                    -- row (40001 under REPEATABLE READ if it changed); if the
-                    -- grant changed or lapsed meanwhile, look again.
-                    UPDATE lease.leases AS l
-                       SET epoch = l.epoch
-                     WHERE l.key = p_key COLLATE pg_catalog."C"
-                       AND l.owner = p_owner COLLATE pg_catalog."C"
-                       AND l.epoch = v_epoch;
-                    v_confirmed := FOUND AND lease._is_live(v_owner, v_expires_at, pg_catalog.clock_timestamp());
+                    -- row (40001 under REPEATABLE READ if it changed).  If the
+                    -- grant changed meanwhile, the subtransaction gives back
+                    -- the lock a failed recheck may have taken, and we look
+                    -- again.
+                    v_confirmed := false;
+                    BEGIN
+                        UPDATE lease.leases AS l
+                           SET epoch = l.epoch
+                         WHERE l.key = p_key COLLATE pg_catalog."C"
+                           AND l.owner = p_owner COLLATE pg_catalog."C"
+                           AND l.epoch = v_epoch;
+                        IF NOT FOUND THEN
+                            RAISE EXCEPTION USING ERRCODE = 'PLL01';
+                        END IF;
+                        v_confirmed := true;
+                    EXCEPTION
+                        WHEN SQLSTATE 'PLL01' THEN
+                            NULL;
+                    END;
                 ELSIF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
                     -- §10 Isolation: under REPEATABLE READ or SERIALIZABLE
                     -- the SELECT read the transaction's snapshot, which may
                     -- predate a release and a new grant.  Confirm from
                     -- committed state: locking the row fails with 40001 when
                     -- it changed after the snapshot, so once it is locked the
-                    -- snapshot's row is the committed one; a clock read after
-                    -- the lock says whether it is still live (the lock may
-                    -- have been waited for).
+                    -- snapshot's row is the committed one.
                     PERFORM FROM lease.leases AS l
                      WHERE l.key = p_key COLLATE pg_catalog."C"
                        FOR SHARE;
-                    IF NOT lease._is_live(v_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
-                        RAISE EXCEPTION 'pg_lease: the grant lapsed while acquire waited for its row'
-                            USING ERRCODE = 'serialization_failure',
-                                  HINT = 'Retry the transaction; acquire then makes a new grant.';
-                    END IF;
-                    v_confirmed := true;
-                ELSE
                     v_confirmed := true;
                 END IF;
-                IF v_confirmed THEN
+                -- A clock read after the lock says whether the grant is still
+                -- live (the lock may have been waited for).  If it is not,
+                -- the error ends the transaction, and with it the lock.
+                IF v_confirmed AND NOT lease._is_live(v_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
+                    RAISE EXCEPTION 'pg_lease: the grant lapsed while acquire waited for its row'
+                        USING ERRCODE = 'serialization_failure',
+                              HINT = 'Retry the transaction; acquire then makes a new grant.';
+                END IF;
+                IF v_confirmed IS NOT FALSE THEN
                     acquired := true;
                     epoch := v_epoch;
                     expires_at := v_expires_at;

@@ -8,8 +8,13 @@
  * core holds its rule (install.sql says why).
  */
 ALTER TABLE lease.leases DROP CONSTRAINT leases_holder_complete;
-DROP FUNCTION IF EXISTS lease._validate(text, text, text, bigint, interval, interval);
-DROP FUNCTION IF EXISTS lease._validate_batch(text, text[], text, bigint[], interval);
-DROP FUNCTION IF EXISTS lease._validate_operation(text, text, boolean, interval, bigint);
-DROP FUNCTION IF EXISTS lease._refusal(text, text, bigint, timestamptz);
-DROP FUNCTION IF EXISTS lease._renew_or_release_many(text[], text, bigint[], interval, boolean);
+-- CASCADE: creating a view or a SQL-standard function body that calls a
+-- function needs no EXECUTE on it, so any role could otherwise pin one of
+-- these private helpers and make the update fail (2BP01).  What depends on
+-- them could never run for a role the extension did not let call them; it
+-- goes with them.
+DROP FUNCTION IF EXISTS lease._validate(text, text, text, bigint, interval, interval) CASCADE;
+DROP FUNCTION IF EXISTS lease._validate_batch(text, text[], text, bigint[], interval) CASCADE;
+DROP FUNCTION IF EXISTS lease._validate_operation(text, text, boolean, interval, bigint) CASCADE;
+DROP FUNCTION IF EXISTS lease._refusal(text, text, bigint, timestamptz) CASCADE;
+DROP FUNCTION IF EXISTS lease._renew_or_release_many(text[], text, bigint[], interval, boolean) CASCADE;

@@ -286,13 +286,17 @@ export async function storedRow(db: Queryable, key: string): Promise<StoredRow |
   return rows[0] as StoredRow | undefined;
 }
 
-/** Every stored row, ordered by key, for "nothing changed" checks. */
-export async function allRows(db: Queryable): Promise<unknown[]> {
+/**
+ * Every stored row, ordered by key, for "nothing changed" checks; only the rows of `keys` when
+ * given, which a test that runs beside others of its file must pass (their rows change too).
+ */
+export async function allRows(db: Queryable, keys?: readonly string[]): Promise<unknown[]> {
   const table = await leaseTable(db);
   const { rows } = await db.query(
     `SELECT key, owner, epoch::text AS epoch, ${micros('expires_at')} AS expires_at,
             xmin::text || '/' || ctid::text AS version
-       FROM ${table} ORDER BY key COLLATE "C"`,
+       FROM ${table} WHERE $1::text[] IS NULL OR key = ANY ($1::text[]) ORDER BY key COLLATE "C"`,
+    [keys ?? null],
   );
   return rows;
 }

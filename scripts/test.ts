@@ -6,7 +6,9 @@
  * server build comes from the environment (PG_LEASE_PG_MAJOR, PG_LEASE_PG_CONFIG, ...), which
  * is how the matrix runs the same suites on every version.
  *
- * Usage: node dist/scripts/test.js [test files...]
+ * Usage: node dist/scripts/test.js [--leave-out DIR]... [test files...]
+ *   --leave-out DIR  without files: every suite but those under test/DIR (the matrix leaves out
+ *                    test/citus, whose cluster is the same whatever the column)
  * Env: PG_LEASE_TEST_SUMMARY=file writes per-suite counts as JSON; PG_LEASE_NO_SKIP=1 (set by
  * .ci/run) fails the run when any test was skipped, since in CI a skip means a missing tool.
  * A test (or test file) that runs longer than TEST_TIMEOUT_MS fails rather than hanging the run.
@@ -16,6 +18,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import { PgCluster } from 'pg-lease-testing';
 import type { SuiteCounts } from './summary-reporter.js';
 
@@ -35,8 +38,17 @@ function findTestFiles(dir: string): string[] {
 }
 
 async function main(): Promise<number> {
-  const requested = process.argv.slice(2).map((file) => path.resolve(file));
-  const files = requested.length > 0 ? requested : findTestFiles(path.join(distRoot, 'test'));
+  const { values, positionals } = parseArgs({
+    options: { 'leave-out': { type: 'string', multiple: true } },
+    allowPositionals: true,
+  });
+  const requested = positionals.map((file) => path.resolve(file));
+  const testRoot = path.join(distRoot, 'test');
+  const leftOut = (values['leave-out'] ?? []).map((dir) => path.join(testRoot, dir) + path.sep);
+  const files =
+    requested.length > 0
+      ? requested
+      : findTestFiles(testRoot).filter((file) => !leftOut.some((dir) => file.startsWith(dir)));
   if (files.length === 0) throw new Error('no test files found under dist/test');
 
   const cluster = await PgCluster.start();

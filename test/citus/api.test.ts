@@ -355,6 +355,106 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
   });
 
   // Last: it takes a worker down.
+  test('fence_row: on a coordinator-local table it admits the live epoch and refuses a stale one; Citus refuses it on a distributed table', async () => {
+    const key = keyOn(0);
+    const grant = await acquire(pool, key, 'rows', '30 seconds');
+    await citus.query(`CREATE SCHEMA IF NOT EXISTS biz`);
+    await citus.query(
+      `CREATE TABLE biz.local_rows (id int PRIMARY KEY, k text NOT NULL, e bigint NOT NULL)`,
+    );
+    await citus.query(
+      `CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON biz.local_rows
+         FOR EACH ROW EXECUTE FUNCTION lease.fence_row('k', 'e')`,
+    );
+    await pool.query(`INSERT INTO biz.local_rows VALUES (1, $1, $2)`, [key, String(grant.epoch)]);
+    const stale = await pgError(
+      pool.query(`INSERT INTO biz.local_rows VALUES (2, $1, $2)`, [key, String(grant.epoch! - 1n)]),
+    );
+    assert.equal(stale.code, 'PLF01', stale.message);
+    const { rows } = await pool.query(`SELECT id FROM biz.local_rows ORDER BY id`);
+    assert.deepEqual(rows, [{ id: 1 }]);
+
+    // As extension/README.md says: on a distributed business table, lease.fence instead.
+    await citus.query(
+      `CREATE TABLE biz.dist_rows (k text COLLATE "C" NOT NULL, id int NOT NULL, e bigint NOT NULL)`,
+    );
+    await citus.query(
+      `SELECT create_distributed_table('biz.dist_rows', 'k', colocate_with => 'lease.leases')`,
+    );
+    // Colocated: each business row's shard sits with its key's lease (the workers' own
+    // lease.leases had kept the domain, and Citus refused the colocation).
+    const groups = await citus.query(
+      `SELECT count(DISTINCT colocationid)::int AS n FROM pg_dist_partition
+        WHERE logicalrelid IN ('lease.leases'::regclass, 'biz.dist_rows'::regclass)`,
+    );
+    assert.equal(groups.rows[0]!.n, 1);
+    const refused = await pgError(
+      citus.query(
+        `CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON biz.dist_rows
+           FOR EACH ROW EXECUTE FUNCTION lease.fence_row('k', 'e')`,
+      ),
+    );
+    assert.match(refused.message, /trigger/i, `${refused.code}: ${refused.message}`);
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT lease.fence($1, $2)', [key, String(grant.epoch)]);
+      await client.query(`INSERT INTO biz.dist_rows VALUES ($1, 1, $2)`, [
+        key,
+        String(grant.epoch),
+      ]);
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    assert.equal((await pool.query(`SELECT count(*)::int AS n FROM biz.dist_rows`)).rows[0]!.n, 1);
+  });
+
+  test('bind_owners(true): another role may not take, renew or release an owner bound to a role; off again, it may', async () => {
+    await citus.query(`CREATE ROLE citus_alice LOGIN`);
+    await citus.query(`CREATE ROLE citus_carol LOGIN`);
+    const as = (role: string) => {
+      const url = new URL(citus.url());
+      url.username = role;
+      return new pg.Client({ connectionString: url.toString() });
+    };
+    const alice = as('citus_alice');
+    const carol = as('citus_carol');
+    await alice.connect();
+    await carol.connect();
+    try {
+      const key = keyOn(1);
+      const owner = 'citus_alice/job';
+      assert.equal((await citus.query(`SELECT lease.bind_owners(true) AS on`)).rows[0]!.on, true);
+      const grant = await acquire(alice, key, owner, '30 seconds');
+      assert.equal(grant.acquired, true);
+      for (const call of [
+        carol.query(`SELECT * FROM lease.acquire($1, $2, '30 seconds')`, [key, owner]),
+        carol.query(`SELECT * FROM lease.renew($1, $2, $3, '30 seconds')`, [
+          key,
+          owner,
+          String(grant.epoch),
+        ]),
+        carol.query(`SELECT * FROM lease.release($1, $2, $3)`, [key, owner, String(grant.epoch)]),
+      ]) {
+        const error = await pgError(call);
+        assert.equal(error.code, '42501', error.message);
+      }
+      assert.deepEqual(await inspect(pool, key), {
+        held: true,
+        owner,
+        epoch: grant.epoch,
+        expiresAt: grant.expiresAt,
+      });
+      assert.equal((await citus.query(`SELECT lease.bind_owners(false) AS on`)).rows[0]!.on, false);
+      assert.equal((await release(carol, key, owner, grant.epoch)).status, 'ok');
+    } finally {
+      await citus.query(`SELECT lease.bind_owners(false)`);
+      await alice.end();
+      await carol.end();
+    }
+  });
+
   test('kill -9 of a worker mid-load: its keys fail with an error, the other worker goes on, nothing acknowledged is lost', async () => {
     const down = citus.workers[0]!;
     const onDown = Array.from({ length: 4 }, () => keyOn(0));

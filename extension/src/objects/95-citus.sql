@@ -73,6 +73,8 @@ CREATE OR REPLACE FUNCTION lease.distribute()
 AS $function$
 DECLARE
     v_nodes    boolean;
+    v_retype   text;
+    v_failed   text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e WHERE e.extname = 'citus') THEN
         RAISE EXCEPTION 'pg_lease: lease.distribute() needs Citus, which is not installed in this database'
@@ -94,13 +96,36 @@ BEGIN
     END IF;
 
     -- 1. The distribution column: text, its length checked by the table.
-    IF (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
-         WHERE a.attrelid = 'lease.leases'::pg_catalog.regclass AND a.attname = 'key')
-       <> 'pg_catalog.text'::pg_catalog.regtype THEN
-        ALTER TABLE lease.leases
-            ALTER COLUMN key TYPE text COLLATE pg_catalog."C",
-            ADD CONSTRAINT leases_key_length
-                CHECK (pg_catalog.octet_length(key) BETWEEN 1 AND 1000);
+    -- On the coordinator, and on every worker: Citus installed pg_lease
+    -- there too, and a worker's own lease.leases is the table Citus checks
+    -- a colocated table against (a business table distributed with
+    -- colocate_with => 'lease.leases' was refused while the workers still
+    -- had the domain).
+    v_retype := $retype$
+        DO $do$
+        BEGIN
+            IF (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
+                 WHERE a.attrelid = 'lease.leases'::pg_catalog.regclass AND a.attname = 'key')
+               <> 'pg_catalog.text'::pg_catalog.regtype THEN
+                ALTER TABLE lease.leases
+                    ALTER COLUMN key TYPE text COLLATE pg_catalog."C",
+                    ADD CONSTRAINT leases_key_length
+                        CHECK (pg_catalog.octet_length(key) BETWEEN 1 AND 1000);
+            END IF;
+        END
+        $do$
+    $retype$;
+    EXECUTE v_retype;
+    EXECUTE 'SELECT pg_catalog.string_agg(r.nodename || '':'' || r.nodeport || '': '' || r.result, ''; '')
+               FROM pg_catalog.run_command_on_workers($1) AS r
+              WHERE NOT r.success'
+       INTO v_failed
+      USING v_retype;
+    IF v_failed IS NOT NULL THEN
+        RAISE EXCEPTION 'pg_lease: lease.distribute() could not retype lease.leases.key on every worker'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = v_failed,
+                  HINT = 'Every worker needs pg_lease installed as on the coordinator (Citus installs it when the extension is created with the workers added).';
     END IF;
 
     -- 2, 3. The tables.

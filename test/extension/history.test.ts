@@ -41,7 +41,6 @@ import {
   DETECTION_BUDGET,
   OPERATIONS,
   PREFIX,
-  clusterDatabase,
   coverage,
   prepare,
   runHistory,
@@ -55,7 +54,7 @@ describe('a randomized history of every call, checked against a model of the con
     // Extra files are staged after the tree's own: while the tree ships a pg_lease--0.2.0.sql of
     // its own the fixture replaces it, and once the default is 0.2.1 it stands beside it.
     await using cluster = await PgCluster.start({ extraExtensionFiles: [FIXTURE_0_2_0] });
-    const db = await clusterDatabase(cluster);
+    const db = await createTestDatabase({ extension: false, in: cluster });
     try {
       const { version, url } = await prepare(db, '0.2.0');
       assert.equal(version, '0.2.0');

@@ -19,13 +19,19 @@ export interface TestDatabase {
   close(): Promise<void>;
 }
 
+/**
+ * `options.in`: a cluster of the caller's (which it destroys itself) instead of the run's shared
+ * one or a throwaway one.
+ */
 export async function createTestDatabase(
-  options: { extension?: boolean } = {},
+  options: { extension?: boolean; in?: PgCluster } = {},
 ): Promise<TestDatabase> {
   const shared = process.env.PG_LEASE_TEST_URL;
   let cluster: PgCluster | undefined;
   let adminUrl: string;
-  if (shared) {
+  if (options.in) {
+    adminUrl = options.in.url();
+  } else if (shared) {
     adminUrl = shared;
   } else {
     cluster = await PgCluster.start();

@@ -8,7 +8,6 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import type { PgCluster } from 'pg-lease-testing';
 import type { TestDatabase } from './database.js';
 import {
   checkHistory,
@@ -744,23 +743,6 @@ export async function createFencedTable(client: pg.ClientBase): Promise<void> {
     `CREATE TRIGGER fenced_fence BEFORE INSERT OR UPDATE ON hist.fenced
        FOR EACH ROW EXECUTE FUNCTION lease.fence_row('lease_key', 'lease_epoch')`,
   );
-}
-
-/** A database of a private cluster, as createTestDatabase gives one of the shared cluster. */
-export async function clusterDatabase(cluster: PgCluster): Promise<TestDatabase> {
-  const url = await cluster.createDatabase(undefined, { extension: false });
-  const pool = new pg.Pool({ connectionString: url, max: 4 });
-  pool.on('error', () => undefined);
-  return {
-    url,
-    urlAs: (user) => {
-      const parsed = new URL(url);
-      parsed.username = user;
-      return parsed.toString();
-    },
-    pool,
-    close: () => pool.end(),
-  };
 }
 
 export function seedFor(): number {

@@ -87,6 +87,9 @@ COMMENT ON FUNCTION lease.acquire_many(text[], text, interval) IS
  *     gets what lease.renew answers; renew's own 40001 is raised as is.
  *   - Keys are probed in the batch's key order.  A batch that skips locked
  *     rows never waits for a row lock, so it takes part in no deadlock.
+ *   - The cost: a renewed key keeps two subtransactions (the probe's and
+ *     renew's) instead of one, so such a batch overflows the subtransaction
+ *     cache of its transaction above 32 renewed keys, not 64.
  *
  * renew_many has validated the arrays, and checked the transaction and the
  * owner binding as lease.renew does, before any probe takes a lock.

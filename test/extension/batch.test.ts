@@ -688,6 +688,39 @@ describe('renew_many with p_skip_locked => true (§12)', { concurrency: true }, 
     await fenced.query('COMMIT');
   });
 
+  test('a locked row that is not the caller’s live grant gets renew’s refusal at once, not locked', async () => {
+    await using iso = await Isolation.open(db.url, ['locker', 'batch']);
+    const { locker, batch } = iso.named;
+    const theirs = uniqueKey('skip-theirs');
+    const lapsed = uniqueKey('skip-lapsed');
+    const mine = uniqueKey('skip-mine');
+    const t = await acquire(db.pool, theirs, OTHER, '1 hour');
+    const l = await acquire(db.pool, lapsed, ME, '300 milliseconds');
+    const m = await acquire(db.pool, mine, ME, '1 hour');
+    await sleepPast(db.pool, l.expiresAt);
+    // Another transaction holds all three rows; renew would wait only for the live grant.
+    await locker.query('BEGIN');
+    await locker.query('SELECT 1 FROM lease.leases WHERE key = ANY($1) FOR UPDATE', [
+      [theirs, lapsed, mine],
+    ]);
+    const rows = parseRenewed(
+      (
+        await batch.query(renewManyText(true), [
+          [theirs, lapsed, mine, uniqueKey('skip-never')],
+          ME,
+          [t.epoch, l.epoch, m.epoch, 1n].map(String),
+          '1 hour',
+          true,
+        ])
+      ).rows,
+    );
+    assert.deepEqual(
+      rows.map((r) => r.status),
+      ['not_owner', 'lapsed', 'locked', 'not_owner'],
+    );
+    await locker.query('COMMIT');
+  });
+
   test('a locked or refused key keeps no lock in the batch’s transaction', async () => {
     await using iso = await Isolation.open(db.url, ['fenced', 'batch', 'holder']);
     const { fenced, batch, holder } = iso.named;

@@ -59,23 +59,28 @@ COMMENT ON FUNCTION lease.acquire_many(text[], text, interval) IS
 
 /*
  * lease._renew_unless_locked: one key of renew_many(..., p_skip_locked =>
- * true) (§12).  The answer is lease.renew's, except for a key whose row
- * another transaction holds locked (a fenced transaction of the holder, a
- * renew or release in progress, a takeover): that key is 'locked', with
- * nothing changed and expires_at NULL, at once.  A caller renews it again
- * on its own, with lease.renew, which may wait for the lock; the other keys
- * of the batch need not wait with it.
+ * true) (§12).  The answer is lease.renew's, except where renew would wait
+ * for a row another transaction holds locked (a fenced transaction of the
+ * holder, a renew or release in progress, a purge): that key is 'locked',
+ * with nothing changed and expires_at NULL, at once.  A caller renews it
+ * again on its own, with lease.renew, which may wait for the lock; the
+ * other keys of the batch need not wait with it.
  *
- *   - The probe locks the key's row FOR NO KEY UPDATE SKIP LOCKED, the lock
- *     renew's UPDATE takes, so lease.renew then never waits for it.  It
- *     conflicts with every lock that would make renew wait (FOR SHARE of a
- *     fence, FOR NO KEY UPDATE, FOR UPDATE, an UPDATE or DELETE), and not
- *     with locks of the caller's own transaction, which renew does not wait
- *     for either.  Under READ COMMITTED a row version that a committed
- *     transaction replaced is followed to the newest one, as for renew.
- *   - SKIP LOCKED returns nothing for a locked row and for a missing one
- *     alike; a row the statement's snapshot still shows is the locked one.
- *     A key with no row gets renew's answer (not_owner).
+ *   - The probe locks the row renew would lock, the caller's live grant
+ *     under p_epoch, FOR NO KEY UPDATE SKIP LOCKED, the lock renew's UPDATE
+ *     takes, so lease.renew then never waits for it.  It conflicts with
+ *     every lock that would make renew wait (FOR SHARE of a fence, FOR NO
+ *     KEY UPDATE, FOR UPDATE, an UPDATE or DELETE), and not with locks of
+ *     the caller's own transaction, which renew does not wait for either.
+ *     Under READ COMMITTED a row version that a committed transaction
+ *     replaced is followed to the newest one, as for renew.
+ *   - A row that is not the caller's live grant is neither locked nor
+ *     waited for, by the probe as by renew: the key gets renew's refusal
+ *     (not_owner for a key with no row), and a caller never locks another
+ *     owner's row, with owners bound to roles or not.
+ *   - SKIP LOCKED returns nothing for a locked row and for a row that does
+ *     not match alike; a match the statement's snapshot still shows is the
+ *     locked one.
  *   - The probe's lock must not outlive a refusal (§12, "A refusal keeps no
  *     lock"): probe and renew run in one subtransaction, rolled back (PLL02)
  *     unless renew answered ok.  Renew changes nothing when it refuses, so
@@ -111,10 +116,17 @@ BEGIN
     BEGIN
         PERFORM FROM lease.leases AS l
           WHERE l.key = p_key COLLATE pg_catalog."C"
+            AND l.owner = p_owner COLLATE pg_catalog."C"
+            AND l.epoch = p_epoch
+            AND lease._is_live(l.owner, l.expires_at, pg_catalog.clock_timestamp())
             FOR NO KEY UPDATE SKIP LOCKED;
         v_probed := true;
-        IF NOT FOUND AND EXISTS (SELECT FROM lease.leases AS l
-                                  WHERE l.key = p_key COLLATE pg_catalog."C") THEN
+        IF NOT FOUND
+           AND EXISTS (SELECT FROM lease.leases AS l
+                        WHERE l.key = p_key COLLATE pg_catalog."C"
+                          AND l.owner = p_owner COLLATE pg_catalog."C"
+                          AND l.epoch = p_epoch
+                          AND lease._is_live(l.owner, l.expires_at, pg_catalog.clock_timestamp())) THEN
             status := 'locked';
         ELSE
             SELECT r.status, r.expires_at INTO status, expires_at

@@ -39,6 +39,7 @@ import {
   releaseMany,
   releaseOne,
   renewMany,
+  renewManySkippingLocked,
   renewOne,
   type AcquiredRow,
   type AcquireItem,
@@ -234,7 +235,9 @@ export class LeaseClient implements AsyncDisposable {
     this.#renewer = new Coalescer<RenewItem, RenewCall>(
       byOwnerAndTtl,
       (i) => renewOne(wire, i.key, i.owner, i.epoch, i.ttlMicroseconds),
-      (items) => renewMany(wire, items),
+      // A key locked by another transaction (a fenced one, say) is renewed on its own, so
+      // that it holds up no other key's renewal.
+      (items) => renewManySkippingLocked(wire, items),
       coalesce,
     );
     // Without `coalesce` a release goes out at once, unless releaseMany holds the releaser open.

@@ -13,7 +13,7 @@ import { MAX_BATCH_KEYS } from './sql/statements.js';
 /** One call waiting in a {@link Coalescer}. */
 interface Pending<I, R> {
   item: I;
-  resolve(result: R): void;
+  resolve(result: R | Promise<R>): void;
   reject(error: unknown): void;
 }
 
@@ -24,7 +24,9 @@ interface Pending<I, R> {
  * at most once per statement (two handles of one grant can renew together; a batch must not name
  * a key twice), and sends a group of one as the single call. Without a hold and outside `always`
  * mode a call is sent at once, so it never waits for company. A batch that fails rejects every
- * call in it with that error. @internal
+ * call in it with that error. A batch may answer one of its calls with a promise, settled later
+ * (a renew that had to wait for a locked row on its own): that call settles when it does, the
+ * others at once. @internal
  */
 export class Coalescer<I extends { key: string }, R> {
   #holds = 0;
@@ -34,7 +36,8 @@ export class Coalescer<I extends { key: string }, R> {
   constructor(
     private readonly groupOf: (item: I) => string,
     private readonly sendOne: (item: I) => Promise<R>,
-    private readonly sendMany: (items: I[]) => Promise<R[]>,
+    /** One result per item, in order; an item's may be a promise of its own, settled later. */
+    private readonly sendMany: (items: I[]) => Promise<(R | Promise<R>)[]>,
     private readonly always = false,
   ) {}
 

@@ -202,29 +202,76 @@ export interface RenewItem {
   ttlMicroseconds: number;
 }
 
-/** lease.renew_many for renews of one owner and ttl; one RenewCall per item, in order. @internal */
-export async function renewMany(wire: Wire, items: RenewItem[]): Promise<RenewCall[]> {
+/** One key's row of renew_many; `locked` only where the statement skips locked rows. */
+interface RenewedRow<S extends string> {
+  key: string;
+  status: S;
+  expires_ms: number | null;
+  remaining_us: number | null;
+}
+
+/** One renew_many statement for renews of one owner and ttl: its rows, and its send time. */
+async function renewManyRows<S extends string>(
+  wire: Wire,
+  statement: Statement,
+  items: RenewItem[],
+): Promise<{ rows: RenewedRow<S>[]; sentAt: number; remainingMs: number | null }> {
   const { owner, ttlMicroseconds } = items[0]!;
   const sentAt = performance.now();
-  const rows = await wire.query<{
-    key: string;
-    status: LeaseStatus;
-    expires_ms: number | null;
-    remaining_us: number | null;
-  }>(items[0]!.key, STATEMENTS.renewMany, [
+  const rows = await wire.query<RenewedRow<S>>(items[0]!.key, statement, [
     items.map((p) => p.key),
     owner,
     items.map((p) => p.epoch.toString()),
     ttlMicroseconds,
   ]);
   // One row per key, in input order.
-  const remainingMs = leastRemainingMs(rows);
+  return { rows, sentAt, remainingMs: leastRemainingMs(rows) };
+}
+
+/** lease.renew_many for renews of one owner and ttl; one RenewCall per item, in order. @internal */
+export async function renewMany(wire: Wire, items: RenewItem[]): Promise<RenewCall[]> {
+  const { rows, sentAt, remainingMs } = await renewManyRows<LeaseStatus>(
+    wire,
+    STATEMENTS.renewMany,
+    items,
+  );
   return rows.map((row) => ({
     status: row.status,
     expiresAt: dateFromMs(row.expires_ms),
     sentAt,
     remainingMs: row.remaining_us === null ? null : remainingMs,
   }));
+}
+
+/**
+ * lease.renew_many with skip_locked for renews of one owner and ttl; one RenewCall per item, in
+ * order. A key whose row another transaction holds locked (the holder's own fenced transaction,
+ * say) is answered `locked` with nothing changed, instead of holding up the statement, and so
+ * the renewals of every other key, until that transaction ends. Such a key is renewed again on
+ * its own with lease.renew, which waits for the lock on a connection of its own: its RenewCall
+ * is a promise that settles when that renew does, counted from that renew's send. @internal
+ */
+export async function renewManySkippingLocked(
+  wire: Wire,
+  items: RenewItem[],
+): Promise<(RenewCall | Promise<RenewCall>)[]> {
+  const { rows, sentAt, remainingMs } = await renewManyRows<LeaseStatus | 'locked'>(
+    wire,
+    STATEMENTS.renewManySkippingLocked,
+    items,
+  );
+  return rows.map((row, i) => {
+    if (row.status === 'locked') {
+      const { key, owner, epoch, ttlMicroseconds } = items[i]!;
+      return renewOne(wire, key, owner, epoch, ttlMicroseconds);
+    }
+    return {
+      status: row.status,
+      expiresAt: dateFromMs(row.expires_ms),
+      sentAt,
+      remainingMs: row.remaining_us === null ? null : remainingMs,
+    };
+  });
 }
 
 /** A release as a batch statement takes it. @internal */

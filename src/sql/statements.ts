@@ -115,6 +115,12 @@ export const STATEMENTS = {
     `SELECT r.key, r.status, ${EXPIRES_MS('r')}, ${REMAINING_US('r')} AS remaining_us
        FROM lease.renew_many($1::text[], $2, $3::bigint[], ${MICROSECONDS('$4')}) AS r`,
   ),
+  /** renew_many that answers `locked` for a key whose row another transaction holds. */
+  renewManySkippingLocked: statement(
+    'renew_many_skipping_locked',
+    `SELECT r.key, r.status, ${EXPIRES_MS('r')}, ${REMAINING_US('r')} AS remaining_us
+       FROM lease.renew_many($1::text[], $2, $3::bigint[], ${MICROSECONDS('$4')}, true) AS r`,
+  ),
   releaseMany: statement(
     'release_many',
     'SELECT r.key, r.status FROM lease.release_many($1::text[], $2, $3::bigint[]) AS r',

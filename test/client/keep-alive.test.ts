@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { LeaseClient, LeaseLostError } from '../../src/index.js';
+import { LeaseClient, LeaseLostError, type Lease } from '../../src/index.js';
 import { KeepAliveGroup } from '../../src/keep-alive-group.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
@@ -226,6 +226,43 @@ describe('keep-alive', () => {
     kept.stop();
     joined.stop();
     assert.equal(group.size, 0);
+  });
+
+  test("a handle in a long fenced transaction holds up none of its owner's other renewals", async () => {
+    // Five handles of one owner renew together (renew_many), every second of a 3 s ttl. One of
+    // them runs a fenced transaction for twice that period: the fence keeps its key's row
+    // locked, so its own renewal must wait, but the others' must not.
+    const keys = Array.from({ length: 5 }, () => uniqueKey('fenced-group'));
+    const leases = (await client.acquireMany(keys, {
+      ttl: '3s',
+      owner: 'worker-fenced-group',
+      keepAlive: true,
+    })) as Lease[];
+    const fencedLease = leases[2]!;
+    const others = leases.filter((lease) => lease !== fencedLease);
+    const renewedSince = (lease: Lease, expiresAt: number) => lease.expiresAt.getTime() > expiresAt;
+    const othersAt = others.map((lease) => lease.expiresAt.getTime());
+    const fencedAt = fencedLease.expiresAt.getTime();
+    const serverAt = await Promise.all(others.map((lease) => serverExpiry(lease.key)));
+    let renewedWhileFenced = false;
+    await client.fenced(fencedLease, async () => {
+      const end = performance.now() + 2_000;
+      while (performance.now() < end && !renewedWhileFenced) {
+        renewedWhileFenced = others.every((lease, i) => renewedSince(lease, othersAt[i]!));
+        await sleep(50);
+      }
+      assert.ok(renewedWhileFenced, 'the other handles renewed while the fenced transaction ran');
+      // On the server too, while the fenced row is still locked.
+      const now = await Promise.all(others.map((lease) => serverExpiry(lease.key)));
+      for (const [i, at] of now.entries()) assert.ok(at > serverAt[i]!, keys[i]);
+      assert.equal(renewedSince(fencedLease, fencedAt), false, 'the fenced key waits for its row');
+      await sleep(Math.max(0, end - performance.now()));
+    });
+    // Once the transaction is over, the fenced handle's waiting renewal goes through.
+    await waitFor('the fenced handle renews', () => renewedSince(fencedLease, fencedAt), 3_000);
+    await sleep(1_500);
+    for (const lease of leases) assert.equal(lease.lost, undefined, String(lease.lost));
+    await Promise.all(leases.map((lease) => lease.release()));
   });
 
   test('a renewal stuck behind a row lock loses the lease at the deadline, not later', async () => {

@@ -25,6 +25,7 @@ import {
   type Queryable,
   type Renewed,
 } from '../support/lease-calls.js';
+import { fenceCall } from '../support/fence.js';
 import { uniqueKey } from '../support/helpers.js';
 import { Isolation } from '../support/sessions.js';
 
@@ -67,9 +68,10 @@ async function acquireMany(
   }));
 }
 
-function renewManyText(): string {
+/** renew_many; with `skipLocked`, the five-argument form that passes it as $5. */
+function renewManyText(skipLocked = false): string {
   return `SELECT key, status, ${micros('expires_at')} AS expires_us
-            FROM lease.renew_many($1::text[], $2::text, $3::bigint[], $4::interval)`;
+            FROM lease.renew_many($1::text[], $2::text, $3::bigint[], $4::interval${skipLocked ? ', $5::boolean' : ''})`;
 }
 
 function parseRenewed(rows: Record<string, unknown>[]): BatchRenewed[] {
@@ -86,13 +88,13 @@ async function renewMany(
   owner: string | null,
   epochs: (bigint | number | null)[] | null,
   ttl: string | null,
+  skipLocked?: boolean | null,
 ): Promise<BatchRenewed[]> {
-  const { rows } = await q.query(renewManyText(), [
-    keys,
-    owner,
-    epochs?.map((e) => (e === null ? null : String(e))) ?? null,
-    ttl,
-  ]);
+  const values = [keys, owner, epochs?.map((e) => (e === null ? null : String(e))) ?? null, ttl];
+  const { rows } = await q.query(
+    renewManyText(skipLocked !== undefined),
+    skipLocked === undefined ? values : [...values, skipLocked],
+  );
   return parseRenewed(rows);
 }
 
@@ -241,8 +243,15 @@ describe('each key of a batch gets exactly the single call’s result', () => {
     }
   });
 
-  for (const op of ['renew', 'release'] as const) {
-    test(`${op}_many matches ${op} for every state and every epoch presented`, async () => {
+  for (const [op, skipLocked] of [
+    ['renew', undefined],
+    ['renew', true],
+    ['renew', false],
+    ['release', undefined],
+  ] as const) {
+    const name =
+      skipLocked === undefined ? `${op}_many` : `${op}_many with p_skip_locked => ${skipLocked}`;
+    test(`${name} matches ${op} for every state and every epoch presented`, async () => {
       // Every state with every kind of epoch: the stored one, one above, one below, 1, far off.
       const epochChoices = [0n, 1n, -1n, 'one', 'far'] as const;
       const combos = SETUPS.flatMap((setup) =>
@@ -273,6 +282,7 @@ describe('each key of a batch gets exactly the single call’s result', () => {
               ME,
               order.map((i) => epochs[i]!),
               '1 minute',
+              skipLocked,
             )
           : await releaseMany(
               db.pool,
@@ -462,6 +472,16 @@ describe('batch input errors are 22023 naming the offending subscripts, and chan
       'owner must be a non-empty string; ttl must be a positive finite interval',
     );
   });
+  test('skip_locked: NULL is named with the other violations', async () => {
+    assert.equal(
+      await invalid(renewMany(db.pool, ['a', 'a'], ME, [1, 1], '1 s', null)),
+      'keys must be distinct: keys[2] repeats keys[1]; skip_locked must not be null',
+    );
+    assert.equal(
+      await invalid(renewMany(db.pool, ['a'], ME, [1], '1 s', null)),
+      'skip_locked must not be null',
+    );
+  });
 });
 
 describe('batches and locks', { concurrency: true }, () => {
@@ -617,6 +637,185 @@ describe('batches and locks', { concurrency: true }, () => {
       assert.equal(row!.expiresAt, String(short.expiresAt), 'nothing written');
     });
   }
+});
+
+describe('renew_many with p_skip_locked => true (§12)', { concurrency: true }, () => {
+  /** Keys of ME, each granted for an hour, and their epochs. */
+  async function granted(label: string, n: number): Promise<{ keys: string[]; epochs: bigint[] }> {
+    const keys = Array.from({ length: n }, (_, i) => uniqueKey(`${label}-${i}`));
+    const epochs = await Promise.all(
+      keys.map(async (key) => (await acquire(db.pool, key, ME, '1 hour')).epoch!),
+    );
+    return { keys, epochs };
+  }
+
+  const args = (keys: string[], epochs: bigint[], ttl: string) => [
+    keys,
+    ME,
+    epochs.map(String),
+    ttl,
+  ];
+
+  test('a key whose row a fenced transaction holds is answered locked at once; the others are renewed', async () => {
+    await using iso = await Isolation.open(db.url, ['fenced', 'batch']);
+    const { fenced, batch } = iso.named;
+    const { keys, epochs } = await granted('skip', 3);
+    const [k1, k2, k3] = keys as [string, string, string];
+    await fenced.query('BEGIN');
+    await fenced.run(fenceCall(k2, epochs[1]!));
+    const before = await storedRow(db.pool, k2);
+    const t0 = await serverNow(db.pool);
+    // query() fails if the statement stays blocked on a lock past its grace.
+    const rows = parseRenewed(
+      (await batch.query(renewManyText(true), [...args([k3, k2, k1], [epochs[2]!, epochs[1]!, epochs[0]!], '2 hours'), true])).rows,
+    );
+    const t1 = await serverNow(db.pool);
+    const twoHours = 7_200_000_000n;
+    assert.deepEqual(
+      rows.map((r) => [r.key, r.status]),
+      [
+        [k3, 'ok'],
+        [k2, 'locked'],
+        [k1, 'ok'],
+      ],
+    );
+    assert.equal(rows[1]!.expiresAt, null);
+    for (const row of [rows[0]!, rows[2]!]) {
+      assert.ok(row.expiresAt! >= t0 + twoHours && row.expiresAt! <= t1 + twoHours);
+      assert.equal(String(row.expiresAt), (await storedRow(db.pool, row.key))!.expiresAt);
+    }
+    assert.deepEqual(await storedRow(db.pool, k2), before, 'the locked key is unchanged');
+    await fenced.query('COMMIT');
+  });
+
+  test('a locked row that is not the caller’s live grant gets renew’s refusal at once, not locked', async () => {
+    await using iso = await Isolation.open(db.url, ['locker', 'batch']);
+    const { locker, batch } = iso.named;
+    const theirs = uniqueKey('skip-theirs');
+    const lapsed = uniqueKey('skip-lapsed');
+    const mine = uniqueKey('skip-mine');
+    const t = await acquire(db.pool, theirs, OTHER, '1 hour');
+    const l = await acquire(db.pool, lapsed, ME, '300 milliseconds');
+    const m = await acquire(db.pool, mine, ME, '1 hour');
+    await sleepPast(db.pool, l.expiresAt);
+    // Another transaction holds all three rows; renew would wait only for the live grant.
+    await locker.query('BEGIN');
+    await locker.query('SELECT 1 FROM lease.leases WHERE key = ANY($1) FOR UPDATE', [
+      [theirs, lapsed, mine],
+    ]);
+    const rows = parseRenewed(
+      (
+        await batch.query(renewManyText(true), [
+          [theirs, lapsed, mine, uniqueKey('skip-never')],
+          ME,
+          [t.epoch, l.epoch, m.epoch, 1n].map(String),
+          '1 hour',
+          true,
+        ])
+      ).rows,
+    );
+    assert.deepEqual(
+      rows.map((r) => r.status),
+      ['not_owner', 'lapsed', 'locked', 'not_owner'],
+    );
+    await locker.query('COMMIT');
+  });
+
+  test('a locked or refused key keeps no lock in the batch’s transaction', async () => {
+    await using iso = await Isolation.open(db.url, ['fenced', 'batch', 'holder']);
+    const { fenced, batch, holder } = iso.named;
+    const { keys, epochs } = await granted('skip-nolock', 3);
+    const [k1, k2, k3] = keys as [string, string, string];
+    await fenced.query('BEGIN');
+    await fenced.run(fenceCall(k1, epochs[0]!));
+    await batch.query('BEGIN');
+    const rows = parseRenewed(
+      (await batch.query(renewManyText(true), [...args([k1, k2, k3], [epochs[0]!, epochs[1]! + 1n, epochs[2]!], '1 hour'), true])).rows,
+    );
+    assert.deepEqual(
+      rows.map((r) => r.status),
+      ['locked', 'epoch_mismatch', 'ok'],
+    );
+    await fenced.query('COMMIT');
+    // The batch's transaction is still open: the holder's own renewals of the keys it did not
+    // renew go through, the renewed one waits for it.
+    await holder.run(renewCall(k1, ME, epochs[0]!, '1 hour'));
+    await holder.run(renewCall(k2, ME, epochs[1]!, '1 hour'));
+    const waits = holder.start(renewCall(k3, ME, epochs[2]!, '1 hour'));
+    await iso.untilBlocked(waits, batch);
+    await batch.query('COMMIT');
+    assert.equal((await waits.result()).status, 'ok');
+  });
+
+  test('without p_skip_locked, or with false, renew_many still waits for the locked row', async () => {
+    await using iso = await Isolation.open(db.url, ['fenced', 'four', 'five']);
+    const { fenced, four, five } = iso.named;
+    // Keys of their own for each, so that neither waits for the other's lock.
+    const a = await granted('skip-wait-four', 2);
+    const b = await granted('skip-wait-five', 2);
+    await fenced.query('BEGIN');
+    await fenced.run(fenceCall(a.keys[1]!, a.epochs[1]!));
+    await fenced.run(fenceCall(b.keys[1]!, b.epochs[1]!));
+    const waiting = [
+      four.start(renewManyText(), args(a.keys, a.epochs, '1 hour')),
+      five.start(renewManyText(true), [...args(b.keys, b.epochs, '1 hour'), false]),
+    ];
+    for (const step of waiting) await iso.untilBlocked(step, fenced);
+    const { rows } = await db.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE pid = ANY($1) AND wait_event_type = 'Lock'`,
+      [[four.pid, five.pid]],
+    );
+    assert.equal(rows[0]!.n, 2, 'both wait on a lock');
+    await fenced.query('COMMIT');
+    for (const step of waiting)
+      assert.deepEqual(
+        parseRenewed((await step.result()).rows).map((r) => r.status),
+        ['ok', 'ok'],
+      );
+  });
+
+  test('under REPEATABLE READ it answers as renew_many does for keys no one has locked', async () => {
+    // Per variant, fresh keys in the same states: mine and unchanged; another owner's at the
+    // snapshot, released since (locking that row version would be a serialization failure,
+    // where renew answers from the snapshot); mine and renewed by another session since; never
+    // granted.
+    async function answers(skipLocked: boolean): Promise<string[]> {
+      const mine = uniqueKey('rr-skip-mine');
+      const theirs = uniqueKey('rr-skip-theirs');
+      const renewedSince = uniqueKey('rr-skip-renewed');
+      const never = uniqueKey('rr-skip-never');
+      const m = await acquire(db.pool, mine, ME, '1 hour');
+      const t = await acquire(db.pool, theirs, OTHER, '1 hour');
+      const r = await acquire(db.pool, renewedSince, ME, '1 hour');
+      const rr = new pg.Client({ connectionString: db.url });
+      await rr.connect();
+      try {
+        await rr.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+        await rr.query('SELECT count(*) FROM lease.inspect($1)', [mine]); // takes the snapshot
+        await release(db.pool, theirs, OTHER, t.epoch);
+        await renew(db.pool, renewedSince, ME, r.epoch, '2 hours');
+        const outcome = (keys: string[], epochs: bigint[]) =>
+          renewMany(rr, keys, ME, epochs, '1 hour', skipLocked).then(
+            (rows) => rows.map((row) => row.status),
+            (error: pg.DatabaseError) => [error.code!],
+          );
+        const first = await outcome([mine, theirs, never], [m.epoch!, t.epoch!, 1n]);
+        await rr.query('ROLLBACK');
+        await rr.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+        await rr.query('SELECT count(*) FROM lease.inspect($1)', [mine]);
+        await renew(db.pool, renewedSince, ME, r.epoch, '2 hours');
+        const second = await outcome([renewedSince], [r.epoch!]);
+        return [...first, ...second];
+      } finally {
+        await rr.query('ROLLBACK').catch(() => undefined);
+        await rr.end();
+      }
+    }
+    const without = await answers(false);
+    assert.deepEqual(without, ['ok', 'not_owner', 'not_owner', '40001']);
+    assert.deepEqual(await answers(true), without);
+  });
 });
 
 describe('batches under REPEATABLE READ', { concurrency: true }, () => {

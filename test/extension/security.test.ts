@@ -22,6 +22,7 @@ const API = [
   'lease.fence(text,bigint)',
   'lease.acquire_many(text[],text,interval)',
   'lease.renew_many(text[],text,bigint[],interval)',
+  'lease.renew_many(text[],text,bigint[],interval,boolean)',
   'lease.release_many(text[],text,bigint[])',
   'lease.watch(text,interval)',
 ];

@@ -221,15 +221,16 @@ REVOKE ALL ON FUNCTION lease._subscripts(text, integer[]) FROM PUBLIC;
  * the input valid, so its cost is paid by unusual or invalid input only.
  */
 CREATE OR REPLACE FUNCTION lease._validate(
-    p_call       text,
-    p_keys       text[],
-    p_owner      text DEFAULT NULL,
-    p_epochs     bigint[] DEFAULT NULL,
-    p_ttl        interval DEFAULT NULL,
-    p_wait       interval DEFAULT NULL,
-    p_older_than interval DEFAULT NULL,
-    p_limit      bigint DEFAULT NULL,
-    p_held_only  boolean DEFAULT NULL)
+    p_call        text,
+    p_keys        text[],
+    p_owner       text DEFAULT NULL,
+    p_epochs      bigint[] DEFAULT NULL,
+    p_ttl         interval DEFAULT NULL,
+    p_wait        interval DEFAULT NULL,
+    p_older_than  interval DEFAULT NULL,
+    p_limit       bigint DEFAULT NULL,
+    p_held_only   boolean DEFAULT NULL,
+    p_skip_locked boolean DEFAULT false)
     RETURNS void
     LANGUAGE plpgsql
     IMMUTABLE
@@ -345,6 +346,9 @@ BEGIN
         IF v_single IN ('acquire', 'renew') THEN
             v_problems := v_problems || lease._interval_problem('ttl', p_ttl, true);
         END IF;
+        IF p_call = 'renew_many' AND p_skip_locked IS NULL THEN
+            v_problems := v_problems || pg_catalog.format(lease._message('null'), 'skip_locked');
+        END IF;
         IF p_call IN ('acquire', 'watch') THEN
             v_problems := v_problems || lease._interval_problem('wait', p_wait, false);
         END IF;
@@ -384,7 +388,7 @@ BEGIN
 END;
 $function$;
 
-REVOKE ALL ON FUNCTION lease._validate(text, text[], text, bigint[], interval, interval, interval, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._validate(text, text[], text, bigint[], interval, interval, interval, bigint, boolean, boolean) FROM PUBLIC;
 
 /*
  * lease._begin_write: the precondition of every call that writes, on the

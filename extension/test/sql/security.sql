@@ -52,7 +52,7 @@ SELECT p.oid::regprocedure AS function,
        obj_description(p.oid, 'pg_proc') IS NOT NULL AS documented
   FROM pg_proc AS p
  WHERE p.pronamespace = 'lease'::regnamespace
- ORDER BY p.proname;
+ ORDER BY p.proname, p.pronargs;
 
 --
 -- Neither PUBLIC nor the installer may touch the table or the helpers;

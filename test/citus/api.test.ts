@@ -292,6 +292,34 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
     );
   });
 
+  test('renew_many with skip_locked: a fenced key is answered locked at once, the keys of both workers are renewed', async () => {
+    const keys = [keyOn(0), keyOn(1), keyOn(0), keyOn(1)];
+    const grants = [];
+    for (const key of keys) grants.push(await acquire(pool, key, 'skip', '30 seconds'));
+    const fencer = await pool.connect();
+    try {
+      await fencer.query('BEGIN');
+      await fencer.query('SELECT lease.fence($1, $2)', [keys[1], String(grants[1]!.epoch)]);
+      const { rows } = await pool.query<{ key: string; status: string; expires_at: Date | null }>(
+        `SELECT key, status, expires_at FROM lease.renew_many($1, 'skip', $2, '40 seconds', true)`,
+        [keys, grants.map((g) => String(g.epoch))],
+      );
+      assert.deepEqual(
+        rows.map((r) => [r.key, r.status]),
+        keys.map((key, i) => [key, i === 1 ? 'locked' : 'ok']),
+      );
+      for (const [i, key] of keys.entries()) {
+        const stored = await inspect(pool, key);
+        if (i === 1)
+          assert.deepEqual(stored!.expiresAt, grants[1]!.expiresAt, 'the locked key is unchanged');
+        else assert.ok(stored!.expiresAt! > grants[i]!.expiresAt!, `${key} was renewed`);
+      }
+    } finally {
+      await fencer.query('ROLLBACK');
+      fencer.release();
+    }
+  });
+
   test('list: keys of every shard, in key order', async () => {
     const mine = [keyOn(0), keyOn(1), keyOn(0), keyOn(1)];
     for (const key of mine) await acquire(pool, key, 'lister', '30 seconds');

@@ -30,7 +30,8 @@ import {
   startCitusCluster,
   type CitusCluster,
 } from 'pg-lease-testing';
-import { median, percentile } from './stats.js';
+import { BENCH_SETTINGS } from './setup.js';
+import { median, summarise, type LatencySummary } from './stats.js';
 
 const { values } = parseArgs({
   options: {
@@ -63,16 +64,8 @@ for (const [name, value] of [
     process.exit(64);
   }
 
-/** Durable, as `npm run bench` runs its servers; Citus needs more connections per node. */
-const SETTINGS = {
-  fsync: 'on',
-  synchronous_commit: 'on',
-  full_page_writes: 'on',
-  shared_buffers: '128MB',
-  max_connections: 200,
-  autovacuum: 'off',
-  jit: 'off',
-};
+/** The settings of `npm run bench`; Citus needs more connections per node. */
+const SETTINGS = { ...BENCH_SETTINGS, max_connections: 200 };
 
 const OPS = ['acquire', 'renew', 'release'] as const;
 type Op = (typeof OPS)[number];
@@ -87,7 +80,7 @@ interface Arm {
 interface Round {
   cycles: number;
   seconds: number;
-  latencies: Record<Op, number[]>;
+  latencies: Record<Op, LatencySummary>;
 }
 
 async function runRound(url: string): Promise<Round> {
@@ -134,7 +127,15 @@ async function runRound(url: string): Promise<Round> {
   );
   const seconds = (performance.now() - started) / 1000;
   await pool.end();
-  return { cycles, seconds, latencies };
+  return {
+    cycles,
+    seconds,
+    latencies: {
+      acquire: summarise(latencies.acquire),
+      renew: summarise(latencies.renew),
+      release: summarise(latencies.release),
+    },
+  };
 }
 
 async function citusArm(workers: number): Promise<Arm> {
@@ -182,7 +183,7 @@ async function main(): Promise<void> {
         rounds.get(arm.label)!.push(round);
         log(
           `round ${r}, ${arm.label}: ${Math.round(round.cycles / round.seconds)} cycles/s, ` +
-            OPS.map((op) => `${op} p99 ${Math.round(p(round.latencies[op], 99))} us`).join(', '),
+            OPS.map((op) => `${op} p99 ${Math.round(round.latencies[op].p99Us)} us`).join(', '),
         );
       }
     const summary = report(rounds, build);
@@ -198,10 +199,6 @@ async function main(): Promise<void> {
   } finally {
     for (const arm of arms) await arm.close().catch(() => undefined);
   }
-}
-
-function p(values: number[], q: number): number {
-  return percentile(Float64Array.from(values).sort(), q);
 }
 
 function report(rounds: Map<string, Round[]>, build: string): string {
@@ -224,8 +221,8 @@ function report(rounds: Map<string, Round[]>, build: string): string {
   for (const [label, list] of rounds) {
     const rate = median(list.map((round) => round.cycles / round.seconds));
     const cells = OPS.map((op) => {
-      const p50 = median(list.map((round) => p(round.latencies[op], 50)));
-      const p99 = median(list.map((round) => p(round.latencies[op], 99)));
+      const p50 = median(list.map((round) => round.latencies[op].p50Us));
+      const p99 = median(list.map((round) => round.latencies[op].p99Us));
       return `${Math.round(p50)} / ${Math.round(p99)}`;
     });
     lines.push(

@@ -38,7 +38,13 @@ import {
   writeCharts,
   type Summary,
 } from './report.js';
-import { buildArms, candidateScript, setupBenchDatabase, UsageError } from './setup.js';
+import {
+  BENCH_SETTINGS,
+  buildArms,
+  candidateScript,
+  setupBenchDatabase,
+  UsageError,
+} from './setup.js';
 import { waitBench, waitMarkdown, type WaitResults } from './wait.js';
 import { WORKLOADS, type Arm, type Workload } from './workloads.js';
 
@@ -181,23 +187,6 @@ function parseOptions(argv: string[]): Options {
     waitRounds: positiveInt('wait-rounds', values['wait-rounds'], quick ? 30 : 100),
   };
 }
-
-/**
- * Server settings of the bench cluster. Durable (the harness's test defaults turn fsync off);
- * no autovacuum and rare checkpoints, because the runner vacuums and checkpoints before
- * every run itself.
- */
-const BENCH_SETTINGS = {
-  fsync: 'on',
-  synchronous_commit: 'on',
-  full_page_writes: 'on',
-  shared_buffers: '128MB',
-  max_connections: 100,
-  autovacuum: 'off',
-  checkpoint_timeout: '30min',
-  max_wal_size: '4GB',
-  jit: 'off',
-};
 
 function sha256File(file: string): string | undefined {
   try {

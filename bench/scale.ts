@@ -34,21 +34,8 @@ import { PACKAGE_ROOT, PgCluster, findInstallation } from 'pg-lease-testing';
 import { environmentMarkdown, recordEnvironment } from './environment.js';
 import { processCpuTicks, serverCpuTicks } from './measure.js';
 import { findPgbench } from './pgbench.js';
-import { BENCH_DATABASE } from './setup.js';
+import { BENCH_DATABASE, BENCH_SETTINGS } from './setup.js';
 import { median, percentile } from './stats.js';
-
-/** The settings of `npm run bench` (bench/run.ts): durable, no autovacuum, rare checkpoints. */
-const BENCH_SETTINGS = {
-  fsync: 'on',
-  synchronous_commit: 'on',
-  full_page_writes: 'on',
-  shared_buffers: '128MB',
-  max_connections: 100,
-  autovacuum: 'off',
-  checkpoint_timeout: '30min',
-  max_wal_size: '4GB',
-  jit: 'off',
-};
 
 const TICK_MS = 10; // USER_HZ 100
 

@@ -43,6 +43,23 @@ export function candidateScript(file: string): string {
 }
 
 /** The database everything runs in. */
+/**
+ * Server settings of the bench clusters (run, scale, citus). Durable (the harness's test defaults turn fsync off);
+ * no autovacuum and rare checkpoints, because the runner vacuums and checkpoints before
+ * every run itself.
+ */
+export const BENCH_SETTINGS = {
+  fsync: 'on',
+  synchronous_commit: 'on',
+  full_page_writes: 'on',
+  shared_buffers: '128MB',
+  max_connections: 100,
+  autovacuum: 'off',
+  checkpoint_timeout: '30min',
+  max_wal_size: '4GB',
+  jit: 'off',
+};
+
 export const BENCH_DATABASE = 'bench';
 
 /** Diagnostic copies of the shipped functions, generated from the installed definitions. */

@@ -6,12 +6,15 @@
  * server build comes from the environment (PG_LEASE_PG_MAJOR, PG_LEASE_PG_CONFIG, ...), which
  * is how the matrix runs the same suites on every version.
  *
- * Usage: node dist/scripts/test.js [--leave-out DIR]... [test files...]
- *   --leave-out DIR  without files: every suite but those under test/DIR (the matrix leaves out
- *                    test/citus, whose cluster is the same whatever the column)
- * Env: PG_LEASE_TEST_SUMMARY=file writes per-suite counts as JSON; PG_LEASE_NO_SKIP=1 (set by
- * .ci/run) fails the run when any test was skipped, since in CI a skip means a missing tool.
+ * Usage: node dist/scripts/test.js [--suites DIR,DIR] [--leave-out DIR]... [test files...]
+ *   --suites DIR,...  without files: only the suites under test/DIR (the matrix runs the ones
+ *                     whose outcome depends on the server build)
+ *   --leave-out DIR   without files: every suite but those under test/DIR
+ * Env: PG_LEASE_TEST_SUMMARY=file writes per-suite counts and per-file seconds as JSON;
+ * PG_LEASE_NO_SKIP=1 (set by .ci/run) fails the run when any test was skipped, since in CI a
+ * skip means a missing tool; PG_LEASE_TEST_CONCURRENCY sets how many files run at once.
  * A test (or test file) that runs longer than TEST_TIMEOUT_MS fails rather than hanging the run.
+ * The closing lines name the slowest files, so a file that grows is seen at once.
  */
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -20,9 +23,10 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { PgCluster } from 'pg-lease-testing';
-import type { SuiteCounts } from './summary-reporter.js';
+import type { Summary } from './summary-reporter.js';
 
 const TEST_TIMEOUT_MS = 300_000;
+const SLOWEST_SHOWN = 8;
 
 const distRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -39,16 +43,25 @@ function findTestFiles(dir: string): string[] {
 
 async function main(): Promise<number> {
   const { values, positionals } = parseArgs({
-    options: { 'leave-out': { type: 'string', multiple: true } },
+    options: {
+      suites: { type: 'string' },
+      'leave-out': { type: 'string', multiple: true },
+    },
     allowPositionals: true,
   });
   const requested = positionals.map((file) => path.resolve(file));
   const testRoot = path.join(distRoot, 'test');
-  const leftOut = (values['leave-out'] ?? []).map((dir) => path.join(testRoot, dir) + path.sep);
+  const under = (dirs: string[]) => dirs.map((dir) => path.join(testRoot, dir) + path.sep);
+  const only = values.suites ? under(values.suites.split(',')) : undefined;
+  const leftOut = under(values['leave-out'] ?? []);
   const files =
     requested.length > 0
       ? requested
-      : findTestFiles(testRoot).filter((file) => !leftOut.some((dir) => file.startsWith(dir)));
+      : findTestFiles(testRoot).filter(
+          (file) =>
+            (!only || only.some((dir) => file.startsWith(dir))) &&
+            !leftOut.some((dir) => file.startsWith(dir)),
+        );
   if (files.length === 0) throw new Error('no test files found under dist/test');
 
   const cluster = await PgCluster.start();
@@ -80,12 +93,19 @@ async function main(): Promise<number> {
       child.once('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0)));
     });
 
-    const suites = JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as Record<string, SuiteCounts>;
+    const { suites, fileSeconds } = JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as Summary;
     if (process.env.PG_LEASE_TEST_SUMMARY) {
       fs.writeFileSync(
         process.env.PG_LEASE_TEST_SUMMARY,
-        JSON.stringify({ version, suites }, null, 2),
+        JSON.stringify({ version, suites, fileSeconds }, null, 2),
       );
+    }
+    const slowest = Object.entries(fileSeconds)
+      .sort(([, a], [, b]) => b - a)
+      .slice(0, SLOWEST_SHOWN);
+    console.log('\nslowest files (seconds of their top-level tests):');
+    for (const [file, seconds] of slowest) {
+      console.log(`${seconds.toFixed(1).padStart(8)}  ${path.relative(testRoot, file)}`);
     }
     const total = { passed: 0, failed: 0, skipped: 0 };
     for (const counts of Object.values(suites)) {

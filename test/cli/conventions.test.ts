@@ -8,6 +8,9 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
+import { connectionConfig } from '../../src/cli/connection.js';
+import { UsageError } from '../../src/cli/exit-codes.js';
 import { LeaseClient } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { uniqueKey } from '../support/helpers.js';
@@ -36,6 +39,15 @@ function parts(): { host: string; port: string; user: string; dbname: string } {
     user: decodeURIComponent(url.username),
     dbname: decodeURIComponent(url.pathname.slice(1)),
   };
+}
+
+/** The test server's Unix socket directory (the first of unix_socket_directories). */
+async function socketDir(): Promise<string> {
+  const { rows } = await db.pool.query<{ dir: string }>(
+    'SELECT split_part(current_setting($1), $2, 1) AS dir',
+    ['unix_socket_directories', ','],
+  );
+  return rows[0]!.dir.trim();
 }
 
 /** No PG* variable of the test's own environment leaks into a run. */
@@ -156,6 +168,226 @@ describe('where the CLI connects without --url or DATABASE_URL, as psql would', 
       pgEnv({}),
     );
     assertReached(result, key);
+  });
+});
+
+describe("libpq's URL forms (its docs' Connection URIs), as psql takes them", () => {
+  test('the user given and the socket directory in the query (no host): install, list, exec, also with --json', async () => {
+    const bare = await createTestDatabase({ extension: false });
+    try {
+      const { user, port } = parts();
+      const dbname = decodeURIComponent(new URL(bare.url).pathname.slice(1));
+      const url = `postgresql://${user}@/${dbname}?host=${await socketDir()}&port=${port}`;
+      const env = pgEnv({});
+      const installed = await runCli(['install', '--from-bundle', '--url', url, '--json'], env);
+      assert.equal(installed.code, 0, installed.stdout + installed.stderr);
+      assert.deepEqual(parseJson(installed), { version: '0.2.1', method: 'bundle', created: true });
+      const again = await runCli(['install', '--from-bundle', '--url', url], env);
+      assert.equal(again.code, 0, again.stderr);
+      assert.match(again.stdout, /already installed/);
+      const listed = await runCli(['list', '--url', url, '--json'], env);
+      assert.equal(listed.code, 0, listed.stdout + listed.stderr);
+      assert.deepEqual(parseJson(listed), { leases: [] });
+      const text = await runCli(['list', '--url', url], env);
+      assert.equal(text.code, 0, text.stderr);
+      assert.equal(text.stdout.trim(), '(no key is held)');
+      for (const json of [[], ['--json']]) {
+        const ran = await runCli(
+          ['exec', '--url', url, '--key', uniqueKey('urls'), '--ttl', '10s', ...json, '--', 'true'],
+          env,
+        );
+        assert.equal(ran.code, 0, ran.stdout + ran.stderr);
+      }
+    } finally {
+      await bare.close();
+    }
+  });
+
+  test('every form, pointed at the test server (TCP and its socket directory), reaches it', async () => {
+    const key = await heldKey();
+    const { host, port, user, dbname } = parts();
+    const sock = await socketDir();
+    // The docs' form, the form rewritten to reach the test server, what the environment adds.
+    const forms: [string, string, NodeJS.ProcessEnv][] = [
+      [
+        'postgresql://',
+        'postgresql://',
+        { PGHOST: host, PGPORT: port, PGUSER: user, PGDATABASE: dbname },
+      ],
+      [
+        'postgresql://localhost',
+        `postgresql://${host}`,
+        { PGPORT: port, PGUSER: user, PGDATABASE: dbname },
+      ],
+      [
+        'postgresql://localhost:5433',
+        `postgresql://${host}:${port}`,
+        { PGUSER: user, PGDATABASE: dbname },
+      ],
+      [
+        'postgresql://localhost/mydb',
+        `postgresql://${host}/${dbname}`,
+        { PGPORT: port, PGUSER: user },
+      ],
+      [
+        'postgresql://user@localhost',
+        `postgresql://${user}@${host}`,
+        { PGPORT: port, PGDATABASE: dbname },
+      ],
+      [
+        'postgresql://user:secret@localhost',
+        `postgresql://${user}:secret@${host}:${port}/${dbname}`,
+        {},
+      ],
+      [
+        'postgresql://other@localhost/otherdb?connect_timeout=10&application_name=myapp',
+        `postgresql://${user}@${host}:${port}/${dbname}?connect_timeout=10&application_name=myapp`,
+        {},
+      ],
+      [
+        'postgresql:///mydb?host=localhost&port=5433',
+        `postgresql:///${dbname}?host=${host}&port=${port}`,
+        { PGUSER: user },
+      ],
+      [
+        'postgresql:///dbname?host=/var/lib/postgresql',
+        `postgresql:///${dbname}?host=${sock}`,
+        { PGPORT: port, PGUSER: user },
+      ],
+      [
+        'postgresql://%2Fvar%2Flib%2Fpostgresql/dbname',
+        `postgresql://${encodeURIComponent(sock)}/${dbname}`,
+        { PGPORT: port, PGUSER: user },
+      ],
+    ];
+    for (const [doc, url, env] of forms)
+      for (const scheme of ['postgresql://', 'postgres://']) {
+        const given = url.replace('postgresql://', scheme);
+        const result = await runCli(['inspect', '--key', key, '--url', given], pgEnv(env));
+        assert.equal(result.code, 0, `${doc} as ${given}: ${result.stderr}`);
+        assertReached(result, key);
+      }
+  });
+
+  test('[::1]: the IPv6 address and port are the ones tried (the server listens on 127.0.0.1)', async () => {
+    const { port, user, dbname } = parts();
+    const result = await runCli(
+      ['list', '--url', `postgresql://${user}@[::1]:${port}/${dbname}`, '--json'],
+      pgEnv({}),
+    );
+    assert.equal(result.code, 1, result.stdout + result.stderr);
+    const error = parseJson(result).error as Record<string, unknown>;
+    assert.match(String(error.message), new RegExp(`::1:${port}\\b`));
+  });
+
+  test('several hosts (libpq tries each in turn; node-postgres takes one) are a usage error that says so', async () => {
+    const { host, port, dbname } = parts();
+    const cases: [string[], NodeJS.ProcessEnv, RegExp][] = [
+      [
+        [
+          '--url',
+          `postgresql://${host}:${port},${host}:1/${dbname}?target_session_attrs=any&application_name=myapp`,
+        ],
+        {},
+        /^--url "postgresql:\/\/.*" names more than one host: .*node-postgres connects to one/,
+      ],
+      [
+        ['--url', `postgresql:///${dbname}?host=${host},${host}&port=${port}`],
+        {},
+        /^--url names more than one host \("127\.0\.0\.1,127\.0\.0\.1"\)/,
+      ],
+      [[], { PGHOST: `${host},${host}`, PGPORT: port }, /^PGHOST names more than one host/],
+    ];
+    for (const [args, env, message] of cases) {
+      const result = await runCli(['list', ...args, '--json'], pgEnv(env));
+      assert.equal(result.code, 64, result.stdout + result.stderr);
+      assert.equal(result.stderr, '');
+      const error = parseJson(result).error as Record<string, unknown>;
+      assert.equal(error.code, 'usage');
+      assert.match(String(error.message), message);
+      assert.match(String(error.hint), /one host/);
+    }
+  });
+
+  test('the settings each literal form gives are the ones libpq would use', () => {
+    const saved = { ...process.env };
+    for (const name of Object.keys(process.env))
+      if (/^PG[A-Z]/.test(name)) delete process.env[name];
+    try {
+      const settings = (url: string) => {
+        const config = connectionConfig({ url });
+        // What node-postgres will use: the Client's parameters (with its defaults).
+        const client = new pg.Client(config) as unknown as {
+          connectionParameters: Record<string, unknown>;
+        };
+        const params = client.connectionParameters;
+        return {
+          host: params.host,
+          port: params.port,
+          user: params.user,
+          database: params.database,
+          password: params.password,
+          application_name: params.application_name,
+          connectionTimeoutMillis: config.connectionTimeoutMillis,
+        };
+      };
+      const local = { host: 'localhost', port: 5432 };
+      const forms: [string, Record<string, unknown>][] = [
+        ['postgresql://localhost', local],
+        ['postgresql://localhost:5433', { ...local, port: 5433 }],
+        ['postgresql://localhost/mydb', { ...local, database: 'mydb' }],
+        ['postgresql://user@localhost', { ...local, user: 'user', database: 'user' }],
+        [
+          'postgresql://user:secret@localhost',
+          { ...local, user: 'user', database: 'user', password: 'secret' },
+        ],
+        [
+          'postgresql://other@localhost/otherdb?connect_timeout=10&application_name=myapp',
+          {
+            ...local,
+            user: 'other',
+            database: 'otherdb',
+            application_name: 'myapp',
+            connectionTimeoutMillis: 10_000,
+          },
+        ],
+        ['postgresql:///mydb?host=localhost&port=5433', { ...local, port: 5433, database: 'mydb' }],
+        [
+          'postgresql://[2001:db8::1234]/database',
+          { host: '2001:db8::1234', port: 5432, database: 'database' },
+        ],
+        [
+          'postgresql:///dbname?host=/var/lib/postgresql',
+          { host: '/var/lib/postgresql', port: 5432, database: 'dbname' },
+        ],
+        [
+          'postgresql://%2Fvar%2Flib%2Fpostgresql/dbname',
+          { host: '/var/lib/postgresql', port: 5432, database: 'dbname' },
+        ],
+      ];
+      for (const [form, expected] of forms)
+        for (const scheme of ['postgresql://', 'postgres://']) {
+          const url = form.replace('postgresql://', scheme);
+          const got = settings(url);
+          for (const [name, value] of Object.entries(expected))
+            assert.equal(got[name as keyof typeof got], value, `${url}: ${name}`);
+        }
+      // No host at all: libpq's default socket directory when it has the server's socket.
+      const bare = settings('postgresql://');
+      assert.ok(['localhost', '/var/run/postgresql', '/tmp'].includes(String(bare.host)));
+      assert.equal(bare.port, 5432);
+      assert.throws(
+        () =>
+          connectionConfig({
+            url: 'postgresql://host1:123,host2:456/somedb?target_session_attrs=any&application_name=myapp',
+          }),
+        (error: unknown) =>
+          error instanceof UsageError && /names more than one host/.test(error.message),
+      );
+    } finally {
+      for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name];
+      Object.assign(process.env, saved);
+    }
   });
 });
 

@@ -46,11 +46,11 @@ import {
   type ReleaseItem,
   type RenewItem,
 } from './sql/calls.js';
-import { isPool } from './sql/connection.js';
+import { isPool, isRefusedInput } from './sql/connection.js';
 import { watchPool, Wire } from './sql/wire.js';
 import { defaultOwner } from './owner.js';
 import { MAX_BATCH_KEYS } from './sql/statements.js';
-import { validateInput } from './validation.js';
+import { illFormedText, validateInput } from './validation.js';
 import {
   Waiting,
   type AttemptResult,
@@ -239,6 +239,9 @@ export class LeaseClient implements AsyncDisposable {
       // that it holds up no other key's renewal.
       (items) => renewManySkippingLocked(wire, items),
       coalesce,
+      // A renew_many the server refuses as invalid input (one key it cannot take) is sent
+      // again as single renews: that key's problem must not cost every other key its lease.
+      isRefusedInput,
     );
     // Without `coalesce` a release goes out at once, unless releaseMany holds the releaser open.
     this.#releaser = new Coalescer<ReleaseItem, LeaseStatus>(
@@ -382,7 +385,17 @@ export class LeaseClient implements AsyncDisposable {
   ): Promise<(Lease | null)[]> {
     const owner = options.owner ?? this.#owner ?? defaultOwner();
     const keepAlive = keepAliveOf(options.keepAlive);
-    // The options as acquire checks them (also for no keys), with the first key; then the rest.
+    // Text the server cannot be sent as it is, named by its position in keys; then the options
+    // as acquire checks them (also for no keys), with the first key; then the rest.
+    const illFormed = keys.flatMap((key, i) =>
+      typeof key === 'string' ? (illFormedText(`keys[${i}]`, key) ?? []) : [],
+    );
+    if (illFormed.length > 0)
+      throw new LeaseInvalidInputError(
+        illFormed.length > 10
+          ? `${illFormed.slice(0, 10).join('; ')}; and ${illFormed.length - 10} more`
+          : illFormed.join('; '),
+      );
     const { ttlMicroseconds } = validateInput('acquire', {
       key: keys[0] ?? 'none',
       owner,

@@ -6,7 +6,8 @@
  *
  * A batch statement answers every key as the single call would; what a handle does with the
  * answer is unchanged, so a key that comes back `not_owner`, `lapsed` or `epoch_mismatch` loses
- * only its own handle.
+ * only its own handle; and a key that makes the server refuse the whole statement as invalid
+ * input is renewed again on its own, with every other key of the batch (see `isolate`).
  */
 import { MAX_BATCH_KEYS } from './sql/statements.js';
 
@@ -26,7 +27,9 @@ interface Pending<I, R> {
  * mode a call is sent at once, so it never waits for company. A batch that fails rejects every
  * call in it with that error. A batch may answer one of its calls with a promise, settled later
  * (a renew that had to wait for a locked row on its own): that call settles when it does, the
- * others at once. @internal
+ * others at once. A batch the server refuses for its input (`isolate`) is sent again as single
+ * calls, so that one key the server cannot take does not fail the calls of the others.
+ * @internal
  */
 export class Coalescer<I extends { key: string }, R> {
   #holds = 0;
@@ -39,6 +42,12 @@ export class Coalescer<I extends { key: string }, R> {
     /** One result per item, in order; an item's may be a promise of its own, settled later. */
     private readonly sendMany: (items: I[]) => Promise<(R | Promise<R>)[]>,
     private readonly always = false,
+    /**
+     * Whether a batch's error says the server refused the statement for its input as a whole
+     * (one key's problem): its calls are then sent again, each on its own, so that the problem
+     * costs only its own call. Default: never (every call of the batch gets the error).
+     */
+    private readonly isolate: (error: unknown) => boolean = () => false,
   ) {}
 
   /** Opens a hold; the returned function closes it (once). */
@@ -79,7 +88,10 @@ export class Coalescer<I extends { key: string }, R> {
       this.sendMany(chunk.map((p) => p.item)).then(
         (results) => chunk.forEach((pending, i) => pending.resolve(results[i]!)),
         (error: unknown) => {
-          for (const pending of chunk) pending.reject(error);
+          if (this.isolate(error))
+            for (const pending of chunk)
+              this.sendOne(pending.item).then(pending.resolve, pending.reject);
+          else for (const pending of chunk) pending.reject(error);
         },
       );
     }

@@ -7,6 +7,7 @@
  */
 import pg from 'pg';
 import { isConnectionGone, isPool } from './sql/connection.js';
+import { illFormedText } from './validation.js';
 import {
   LeaseError,
   LeaseFencedError,
@@ -92,6 +93,8 @@ export async function fencedTransaction<T>(
     throw new LeaseInvalidInputError(
       `isolation must be one of ${Object.keys(BEGIN).join(', ')}, got ${JSON.stringify(options.isolation)}`,
     );
+  const illFormed = typeof grant.key === 'string' ? illFormedText('key', grant.key) : undefined;
+  if (illFormed !== undefined) throw new LeaseInvalidInputError(illFormed);
   if (!isPool(database)) return runFenced(database, begin, grant, fn);
   const connection = await database.connect();
   let broken: Error | undefined;

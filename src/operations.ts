@@ -6,7 +6,7 @@
 import pg from 'pg';
 import type { Duration } from './duration.js';
 import { LeaseInvalidInputError, translateError } from './errors.js';
-import { checkDuration } from './validation.js';
+import { checkDuration, illFormedText } from './validation.js';
 
 /**
  * Options of {@link listLeases}.
@@ -78,6 +78,9 @@ export async function listLeases(
   database: Database,
   options: ListOptions = {},
 ): Promise<ListedLease[]> {
+  const illFormed =
+    typeof options.prefix === 'string' ? illFormedText('prefix', options.prefix) : undefined;
+  if (illFormed !== undefined) throw new LeaseInvalidInputError(illFormed);
   try {
     const { rows } = await database.query<{
       key: string;

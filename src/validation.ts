@@ -10,7 +10,8 @@
  * that is a bare number other than 0 has no unit and is refused, because PostgreSQL would read
  * it as seconds where a number means milliseconds; text that is not an interval is reported as
  * unreadable; an epoch must fit PostgreSQL's bigint; a keepAlive interval must be shorter than
- * the ttl. These DETAILs name the value, since the server never sees it.
+ * the ttl; text (a key, an owner, a prefix) is well-formed Unicode ({@link illFormedText}).
+ * These DETAILs name the value, since the server never sees it.
  */
 import { parseIntervalFields, toMicroseconds, type Duration } from './duration.js';
 import { LeaseInvalidInputError } from './errors.js';
@@ -229,8 +230,34 @@ function show(value: Duration): string {
 
 function checkText(name: 'key' | 'owner', value: unknown, violations: string[]): void {
   if (typeof value !== 'string' || value.length === 0) violations.push(message('empty', name));
-  else if (Buffer.byteLength(value, 'utf8') > MAX_KEY_BYTES)
-    violations.push(message('too_long', name, MAX_KEY_BYTES));
+  else {
+    const illFormed = illFormedText(name, value);
+    if (illFormed !== undefined) violations.push(illFormed);
+    else if (Buffer.byteLength(value, 'utf8') > MAX_KEY_BYTES)
+      violations.push(message('too_long', name, MAX_KEY_BYTES));
+  }
+}
+
+/** A lone UTF-16 surrogate: in a `u` regular expression a surrogate pair is one code point. */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
+
+/**
+ * The client's one rule for the text it sends (keys, owners, a list prefix, a fenced key):
+ * well-formed Unicode. The server takes UTF-8, and a string holding a lone UTF-16 surrogate has
+ * none: node-postgres would send each lone surrogate as U+FFFD, so `'job-\uD800'` and
+ * `'job-\uD801'` would be one key on the server. The server never sees such a string, so the
+ * DETAIL is the client's own (as for its duration rules), naming the argument and the index of
+ * its first lone surrogate; `undefined` for well-formed text.
+ *
+ * @example
+ * illFormedText('key', 'job-\uD800'); // 'key must be well-formed Unicode: lone surrogate U+D800 at index 4'
+ */
+export function illFormedText(name: string, value: string): string | undefined {
+  // String.prototype.isWellFormed: Node.js 20 and later (ES2024, not in the compiled lib).
+  if ((value as string & { isWellFormed(): boolean }).isWellFormed()) return undefined;
+  const at = LONE_SURROGATE.exec(value)!.index;
+  const unit = value.charCodeAt(at).toString(16).toUpperCase();
+  return `${name} must be well-formed Unicode: lone surrogate U+${unit} at index ${at}`;
 }
 
 /** pg_lease reads "positive" as: no field negative (see `lease._has_negative_field`). */

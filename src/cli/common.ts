@@ -2,6 +2,8 @@
  * What every `pg-lease` command shares: option parsing with node:util parseArgs, the
  * connection string, and output as text or JSON.
  */
+import * as fs from 'node:fs';
+import { isUtf8 } from 'node:buffer';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import pg from 'pg';
 import { LeaseClient } from '../client.js';
@@ -54,6 +56,7 @@ export function parseCommand<T extends Options>(args: string[], options: T): Par
       joined.push(arg);
     }
   }
+  refuseInvalidUtf8(args);
   try {
     return parseArgs({
       args: joined,
@@ -64,6 +67,60 @@ export function parseCommand<T extends Options>(args: string[], options: T): Par
   } catch (error) {
     throw parseError(error as Error & { code?: string });
   }
+}
+
+/**
+ * Arguments reach Node.js as bytes, which it reads as UTF-8 with U+FFFD for every byte that is
+ * not: `--key $'caf\xe9'` and `--key $'caf\xff'` would be one key, `caf\uFFFD`, on the server.
+ * So, as the client refuses text that is not well-formed Unicode (validation.ts, illFormedText),
+ * the command refuses an argument given as bytes that are not UTF-8, naming its option. Where
+ * the bytes cannot be read back (not Linux, or `args` not the process's own arguments), there
+ * is nothing to compare and nothing is refused. The environment gives the command no lease
+ * text (only connection settings), and a lone surrogate cannot come from the command line.
+ */
+function refuseInvalidUtf8(args: string[]): void {
+  const raw = rawArguments(args);
+  if (raw === undefined) return;
+  const violations: string[] = [];
+  raw.forEach((bytes, i) => {
+    if (isUtf8(bytes)) return;
+    const arg = args[i]!;
+    const previous = args[i - 1];
+    const name = arg.startsWith('--')
+      ? arg.slice(2).split('=')[0]!
+      : previous?.startsWith('--') && !previous.includes('=')
+        ? previous.slice(2)
+        : `argument ${JSON.stringify(arg)}`;
+    violations.push(`${name} must be valid UTF-8 (the command line gave other bytes)`);
+  });
+  if (violations.length > 0) throw new LeaseInvalidInputError(violations.join('; '));
+}
+
+/**
+ * The bytes of `args` as the kernel passed them (Linux's /proc/self/cmdline), when `args` is a
+ * run of the process's own arguments and each entry reads back as Node.js read it.
+ */
+function rawArguments(args: string[]): Buffer[] | undefined {
+  if (process.platform !== 'linux' || args.length === 0) return undefined;
+  const start = process.argv.indexOf(args[0]!, 1);
+  if (start === -1 || args.some((arg, i) => process.argv[start + i] !== arg)) return undefined;
+  let cmdline: Buffer;
+  try {
+    cmdline = fs.readFileSync('/proc/self/cmdline');
+  } catch {
+    return undefined;
+  }
+  const entries: Buffer[] = [];
+  for (let from = 0; from < cmdline.length;) {
+    const end = cmdline.indexOf(0, from);
+    entries.push(cmdline.subarray(from, end === -1 ? cmdline.length : end));
+    from = end === -1 ? cmdline.length : end + 1;
+  }
+  // process.argv[k] (k >= 1) is the entry as far from the end as it is from argv's end.
+  const offset = entries.length - process.argv.length;
+  if (offset + start < 1) return undefined;
+  const raw = args.map((_, i) => entries[offset + start + i]!);
+  return raw.every((bytes, i) => bytes.toString('utf8') === args[i]) ? raw : undefined;
 }
 
 /** node:util's parseArgs errors, worded like the rest of the CLI's. */

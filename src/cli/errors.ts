@@ -29,6 +29,7 @@ export const OPTIONS: Readonly<Record<string, OptionText>> = {
     flag: '--owner',
     hint: `--owner is ${TEXT}; renew and release take the one acquire printed`,
   },
+  prefix: { flag: '--prefix', hint: `--prefix is text of at most ${MAX_BYTES} bytes` },
   epoch: { flag: '--epoch', hint: '--epoch is the whole number acquire printed' },
   ttl: {
     flag: '--ttl',

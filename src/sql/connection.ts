@@ -24,6 +24,18 @@ export function isConnectionGone(error: unknown): boolean {
 }
 
 /**
+ * Whether the server refused a statement for its input: SQLSTATE class 22 (data exception:
+ * pg_lease's own 22023 invalid input, a value PostgreSQL cannot hold such as a NUL byte, an
+ * out-of-range number), on the error or, for an error the client translated, on its cause. A
+ * batch refused so fails for one of its elements, not for the others. @internal
+ */
+export function isRefusedInput(error: unknown): boolean {
+  const cause = error instanceof LeaseError ? error.cause : error;
+  if (!(cause instanceof pg.DatabaseError)) return false;
+  return typeof cause.code === 'string' && cause.code.startsWith('22');
+}
+
+/**
  * Whether a connection that one of the client's own statements failed on must not be reused:
  * anything but an error the server reported for the statement (or the client's own refusal,
  * which sent nothing), since a driver error leaves the connection in an unknown state. @internal

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { LeaseClient } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { uniqueKey } from '../support/helpers.js';
-import { parseJson, runCli } from './helpers.js';
+import { CLI, parseJson, runCli, type CliResult } from './helpers.js';
 
 let db: TestDatabase;
 let client: LeaseClient;
@@ -315,5 +316,55 @@ describe('pg-lease errors and usage', () => {
     ]);
     assert.equal(result.code, 1);
     assert.match(result.stderr, /^pg-lease: .*ECONNREFUSED/);
+  });
+});
+
+/**
+ * Issue 32, item 4, on the command line: arguments arrive as bytes, and Node.js reads bytes that
+ * are not UTF-8 as U+FFFD, so `--key $'caf\xe9'` and `--key $'caf\xff'` would be one key.
+ */
+describe('pg-lease: text that is not UTF-8', () => {
+  /** `pg-lease args...` from a shell, where `$(printf ...)` can put any bytes in an argument. */
+  function runShell(args: string): Promise<CliResult> {
+    const child = spawn('/bin/sh', ['-c', `exec "$0" "$1" ${args}`, process.execPath, CLI], {
+      env: { ...process.env, DATABASE_URL: db.url },
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    return new Promise((resolve, reject) => {
+      child.once('error', reject);
+      child.once('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+    });
+  }
+
+  test('a key, owner or prefix given as bytes that are not UTF-8 is invalid input; nothing is acquired', async () => {
+    const key = uniqueKey('cli-bytes');
+    const acquired = await runShell(
+      `acquire --key "${key}-$(printf 'caf\\351')" --owner "$(printf 'w\\377')" --ttl 30s --json`,
+    );
+    assert.equal(acquired.code, 64, acquired.stderr);
+    const { error } = parseJson(acquired) as { error: { code: string; violations: string[] } };
+    assert.equal(error.code, 'invalid_input');
+    assert.deepEqual(error.violations, [
+      `--key "${key}-caf\uFFFD" must be valid UTF-8 (the command line gave other bytes)`,
+      '--owner "w\uFFFD" must be valid UTF-8 (the command line gave other bytes)',
+    ]);
+    assert.equal(await client.inspect(`${key}-caf\uFFFD`), null);
+
+    const listed = await runShell(`list --prefix="$(printf '\\351')"`);
+    assert.equal(listed.code, 64, listed.stderr);
+    assert.match(
+      listed.stderr,
+      /^pg-lease: invalid input: --prefix "\uFFFD" must be valid UTF-8 \(the command line gave other bytes\)$/m,
+    );
+
+    // Text that is UTF-8, including U+FFFD itself, is taken as it is.
+    const fine = await runShell(
+      `acquire --key "${key}-$(printf 'caf\\303\\251 \\357\\277\\275')" --ttl 30s`,
+    );
+    assert.equal(fine.code, 0, fine.stderr);
+    assert.equal((await client.inspect(`${key}-café \uFFFD`))?.held, true);
   });
 });

@@ -3,7 +3,14 @@ import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { LeaseClient, LeaseLostError, type Lease } from '../../src/index.js';
+import {
+  LeaseClient,
+  LeaseInvalidInputError,
+  LeaseLostError,
+  subscribeLeaseEvents,
+  type Lease,
+  type RenewalFailedEvent,
+} from '../../src/index.js';
 import { KeepAliveGroup } from '../../src/keep-alive-group.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
@@ -350,4 +357,125 @@ describe('deadline without keep-alive', () => {
     await taker.renew();
     await taker.release();
   });
+});
+
+/**
+ * Issue 32, item 4: one key the server refuses must not cost the owner's other leases. The
+ * keep-alive renews the handles of one owner and ttl in one renew_many; a statement the server
+ * refuses as a whole used to fail every handle in it, on every retry, until they all lapsed.
+ */
+describe('keep-alive: one bad key costs no other key its lease', () => {
+  const TTL = '1s';
+  const UNRELATED = 40;
+
+  /** Acquires `keys` for `owner` at once with keep-alive, so that their renewals share ticks. */
+  async function acquireAll(
+    keys: string[],
+    owner: string,
+  ): Promise<PromiseSettledResult<Lease | null>[]> {
+    return Promise.allSettled(
+      keys.map((key) => client.acquire(key, { ttl: TTL, owner, keepAlive: true })),
+    );
+  }
+
+  /** Waits three ttls, then checks that each handle is held and that nobody else can take it. */
+  async function assertAllKept(leases: Lease[]): Promise<void> {
+    await sleep(3_000);
+    const lost = leases.filter((lease) => lease.signal.aborted);
+    assert.deepEqual(
+      lost.map((lease) => `${lease.key}: ${String(lease.signal.reason)}`),
+      [],
+      `${lost.length} of ${leases.length} unrelated leases lost`,
+    );
+    const taken = await Promise.all(
+      leases.map((lease) => client.acquire(lease.key, { ttl: '30s', owner: 'another-owner' })),
+    );
+    assert.equal(taken.filter((lease) => lease !== null).length, 0, 'another owner took keys');
+  }
+
+  test("the issue's scenario: two keys with lone surrogates are refused, the other 40 leases live on", async () => {
+    const owner = `one-owner-${process.pid}`;
+    const unrelated = Array.from({ length: UNRELATED }, (_, i) => `${uniqueKey('job')}-${i}`);
+    const problems = [`job-${process.pid}-\uD800`, `job-${process.pid}-\uD801`];
+    const settled = await acquireAll([...unrelated, ...problems], owner);
+    const leases = settled.slice(0, UNRELATED).map((result) => {
+      assert.equal(result.status, 'fulfilled');
+      return (result as PromiseFulfilledResult<Lease | null>).value!;
+    });
+    const problemLeases = settled
+      .slice(UNRELATED)
+      .map((r) => (r.status === 'fulfilled' ? r.value : null));
+    try {
+      await assertAllKept(leases);
+      settled.slice(UNRELATED).forEach((result, i) => {
+        assert.equal(result.status, 'rejected', `${JSON.stringify(problems[i])} was acquired`);
+        const error = (result as PromiseRejectedResult).reason as unknown;
+        assert.ok(error instanceof LeaseInvalidInputError, String(error));
+        assert.match(
+          error.detail,
+          /^key must be well-formed Unicode: lone surrogate U\+D80[01] at index \d+$/,
+        );
+      });
+    } finally {
+      await client.releaseMany([...leases, ...problemLeases.filter((l) => l !== null)]);
+    }
+  });
+
+  const refusals: [string, string, (error: unknown) => boolean][] = [
+    [
+      "pg_lease's own invalid input (22023)",
+      `RAISE EXCEPTION 'pg_lease: invalid input' USING ERRCODE = 'invalid_parameter_value',
+         DETAIL = 'keys must be distinct: keys[42] repeats keys[1]'`,
+      (error) => error instanceof LeaseInvalidInputError,
+    ],
+    [
+      'a data exception of PostgreSQL (22021)',
+      `RAISE EXCEPTION 'invalid byte sequence for encoding "UTF8": 0x00'
+         USING ERRCODE = 'character_not_in_repertoire'`,
+      (error) => error instanceof pg.DatabaseError && error.code === '22021',
+    ],
+  ];
+  for (const [name, raise, isTheRefusal] of refusals)
+    test(`a renew_many refused for one key's input (${name}) is renewed key by key`, async () => {
+      const owner = `one-owner-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+      const poison = uniqueKey('poison');
+      const unrelated = Array.from({ length: UNRELATED }, (_, i) => `${uniqueKey('job')}-${i}`);
+      const failed: RenewalFailedEvent[] = [];
+      const unsubscribe = subscribeLeaseEvents({ renewalFailed: (event) => failed.push(event) });
+      const settled = await acquireAll([poison, ...unrelated], owner);
+      const [bad, ...leases] = settled.map((result) => {
+        assert.equal(result.status, 'fulfilled');
+        return (result as PromiseFulfilledResult<Lease | null>).value!;
+      });
+      // From now on the server refuses every statement that renews the poisoned key: a real
+      // statement refused as a whole for one element, as a key it cannot take would be.
+      const trigger = `refuse_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
+      await db.pool.query(
+        `CREATE FUNCTION public.${trigger}() RETURNS trigger LANGUAGE plpgsql AS $f$
+         BEGIN
+           IF NEW.key = '${poison}' THEN ${raise}; END IF;
+           RETURN NEW;
+         END $f$`,
+      );
+      await db.pool.query(
+        `CREATE TRIGGER ${trigger} BEFORE UPDATE ON lease.leases
+           FOR EACH ROW EXECUTE FUNCTION public.${trigger}()`,
+      );
+      try {
+        await assertAllKept(leases);
+        // The poisoned handle alone failed its renewals, said so, and was lost at its deadline.
+        const reason = await abortReason(bad!.signal, 5_000);
+        assert.ok(reason instanceof LeaseLostError && reason.status === 'expired', String(reason));
+        assert.ok(failed.some((event) => event.key === poison && isTheRefusal(event.error)));
+        assert.deepEqual(
+          [...new Set(failed.map((event) => event.key))].filter((key) => key !== poison),
+          [],
+        );
+      } finally {
+        unsubscribe();
+        await db.pool.query(`DROP TRIGGER ${trigger} ON lease.leases`);
+        await db.pool.query(`DROP FUNCTION public.${trigger}()`);
+        await client.releaseMany([bad!, ...leases]);
+      }
+    });
 });

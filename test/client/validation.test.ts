@@ -445,3 +445,129 @@ describe('interval text: the client reads it as PostgreSQL does', () => {
     assert.equal(parseInterval('-infinity'), -Infinity);
   });
 });
+
+/**
+ * Issue 32, item 4: a string with a lone UTF-16 surrogate has no UTF-8 form, and was sent as
+ * U+FFFD, so 'job-\uD800' and 'job-\uD801' were one key on the server. Every entry point that
+ * sends text refuses it as invalid input, naming the argument and where the surrogate is.
+ */
+describe('text that is not well-formed Unicode is invalid input', () => {
+  const LONE = 'job-\uD800';
+  const OTHER_LONE = 'job-\uDC01x';
+  const unreachable = () => new LeaseClient('postgresql://postgres@127.0.0.1:1/none');
+  const entries: [string, (c: LeaseClient) => Promise<unknown>, string][] = [
+    [
+      'acquire: the key',
+      (c) => c.acquire(LONE, { ttl: '30s' }),
+      'key must be well-formed Unicode: lone surrogate U+D800 at index 4',
+    ],
+    [
+      'acquire: the owner, and a key with a lone low surrogate',
+      (c) => c.acquire(OTHER_LONE, { ttl: '30s', owner: 'worker-\uDBFF' }),
+      'key must be well-formed Unicode: lone surrogate U+DC01 at index 4; ' +
+        'owner must be well-formed Unicode: lone surrogate U+DBFF at index 7',
+    ],
+    [
+      "the client's owner option",
+      async () => {
+        const withOwner = new LeaseClient('postgresql://postgres@127.0.0.1:1/none', {
+          owner: '\uD800',
+        });
+        try {
+          return await withOwner.acquire('k', { ttl: '30s' });
+        } finally {
+          await withOwner.end();
+        }
+      },
+      'owner must be well-formed Unicode: lone surrogate U+D800 at index 0',
+    ],
+    [
+      'acquireMany: each key by its position',
+      (c) => c.acquireMany(['fine', LONE, 'fine-too', OTHER_LONE], { ttl: '30s', owner: 'o' }),
+      'keys[1] must be well-formed Unicode: lone surrogate U+D800 at index 4; ' +
+        'keys[3] must be well-formed Unicode: lone surrogate U+DC01 at index 4',
+    ],
+    [
+      'acquireMany: the owner',
+      (c) => c.acquireMany(['a', 'b'], { ttl: '30s', owner: '\uDFFF' }),
+      'owner must be well-formed Unicode: lone surrogate U+DFFF at index 0',
+    ],
+    [
+      'renew',
+      (c) => c.renew(LONE, { owner: 'o', epoch: 1n, ttl: '1s' }),
+      'key must be well-formed Unicode: lone surrogate U+D800 at index 4',
+    ],
+    [
+      'release',
+      (c) => c.release('k', { owner: LONE, epoch: 1n }),
+      'owner must be well-formed Unicode: lone surrogate U+D800 at index 4',
+    ],
+    [
+      'inspect',
+      (c) => c.inspect(LONE),
+      'key must be well-formed Unicode: lone surrogate U+D800 at index 4',
+    ],
+    [
+      'observe',
+      (c) => c.observe(LONE).next(),
+      'key must be well-formed Unicode: lone surrogate U+D800 at index 4',
+    ],
+    [
+      'list: the prefix',
+      (c) => c.list({ prefix: LONE }),
+      'prefix must be well-formed Unicode: lone surrogate U+D800 at index 4',
+    ],
+    [
+      'fenced: the key',
+      (c) => c.fenced({ key: LONE, epoch: 1n }, () => assert.fail('ran')),
+      'key must be well-formed Unicode: lone surrogate U+D800 at index 4',
+    ],
+    [
+      'an election: its key',
+      (c) => new Election(c, LONE, { ttl: '3s', identity: 'me' }).campaign(),
+      'key must be well-formed Unicode: lone surrogate U+D800 at index 4',
+    ],
+    [
+      'an election: its identity',
+      (c) => new Election(c, 'leader', { ttl: '3s', identity: LONE }).campaign(),
+      'owner must be well-formed Unicode: lone surrogate U+D800 at index 4',
+    ],
+  ];
+  for (const [name, call, detail] of entries)
+    test(`${name}: refused before anything is sent`, async () => {
+      // A client that cannot connect: anything sent would fail otherwise.
+      const nowhere = unreachable();
+      try {
+        await assert.rejects(
+          async () => call(nowhere),
+          (error: unknown) => {
+            assert.ok(error instanceof LeaseInvalidInputError, String(error));
+            assert.equal(error.code, 'invalid_input');
+            assert.equal(error.cause, undefined);
+            assert.equal(error.detail, detail);
+            return true;
+          },
+        );
+      } finally {
+        await nowhere.end();
+      }
+    });
+
+  test('well-formed text with surrogate pairs (an emoji) is accepted by both sides', async () => {
+    const key = `pair-\uD83D\uDE00-${process.pid}`; // an emoji: a surrogate pair
+    const lease = await client.acquire(key, { ttl: '30s', owner: 'o\uD83D\uDE00' });
+    assert.ok(lease);
+    assert.equal((await client.inspect(key))?.owner, 'o\uD83D\uDE00');
+    await lease.release();
+  });
+
+  test("the issue's two keys: neither is acquired, nothing reaches the server", async () => {
+    const owner = `surrogates-${process.pid}`;
+    for (const key of ['job-\uD800', 'job-\uD801'])
+      await assert.rejects(client.acquire(key, { ttl: '30s', owner }), LeaseInvalidInputError);
+    // What they would have been sent as.
+    assert.equal(await client.inspect('job-\uFFFD'), null);
+    const { rows } = await db.pool.query('SELECT 1 FROM lease.leases WHERE owner = $1', [owner]);
+    assert.equal(rows.length, 0);
+  });
+});

@@ -41,6 +41,20 @@
  *           creating, so the guard waits for every transaction of this
  *           database open when it looked (a prepared one is refused), and
  *           then looks with a new snapshot, which needs READ COMMITTED.
+ *           On a Citus worker, where this script runs because the
+ *           coordinator propagated CREATE (or ALTER) EXTENSION, the
+ *           coordinator's backend also holds a superuser connection there
+ *           in the same distributed transaction (it records pg_dist_object
+ *           rows) when the installing role is not a superuser; that one
+ *           cannot end before this statement does, so it is not waited
+ *           for.  Only such a connection is spared: logged in as the
+ *           superuser that owns extension citus (a role cannot forge its
+ *           login), and carrying this backend's own distributed
+ *           transaction (initiator, number, stamp and global pid, as
+ *           get_all_active_transactions() shows them).  Citus's transaction
+ *           ids can be set by any role (assign_distributed_transaction_id),
+ *           so they only say which superuser connection, never whether;
+ *           everything else is still waited for.
  *      Anything else is refused, so also the second step of an update in
  *      several steps in one transaction when the first had to rewrite the
  *      schema's row: any mark the first could leave the session could forge.
@@ -90,6 +104,7 @@ DECLARE
     v_ext_new  boolean;
     v_counted  boolean;
     v_waitfor  text[];
+    v_kin      integer[];
     v_wait_ms  bigint;
     v_deadline timestamptz;
     v_grantee  oid;
@@ -206,11 +221,40 @@ BEGIN
                       HINT = 'COMMIT PREPARED or ROLLBACK PREPARED them, and try again.';
         END IF;
 
+        -- Citus (see 2b above): the superuser connections of the
+        -- coordinator's backend that sent this statement, in this very
+        -- distributed transaction.  get_all_active_transactions() is
+        -- Citus's, in pg_catalog, and only where extension citus is.
+        PERFORM pg_catalog.pg_stat_clear_snapshot();
+        IF EXISTS (SELECT FROM pg_catalog.pg_extension AS e WHERE e.extname = 'citus')
+           AND pg_catalog.to_regprocedure('pg_catalog.get_all_active_transactions()') IS NOT NULL THEN
+            EXECUTE $citus$
+                SELECT pg_catalog.array_agg(o.process_id)
+                  FROM pg_catalog.get_all_active_transactions() AS m,
+                       pg_catalog.get_all_active_transactions() AS o,
+                       pg_catalog.pg_stat_activity AS s,
+                       pg_catalog.pg_roles AS r,
+                       pg_catalog.pg_extension AS e
+                 WHERE m.process_id = pg_catalog.pg_backend_pid()
+                   AND m.worker_query AND m.transaction_number <> 0
+                   AND o.process_id <> m.process_id AND o.worker_query
+                   AND o.datid = m.datid
+                   AND o.initiator_node_identifier = m.initiator_node_identifier
+                   AND o.transaction_number = m.transaction_number
+                   AND o.transaction_stamp = m.transaction_stamp
+                   AND o.global_pid = m.global_pid
+                   AND s.pid = o.process_id AND s.datid = m.datid
+                   AND e.extname = 'citus'
+                   AND s.usesysid = e.extowner
+                   AND r.oid = s.usesysid AND r.rolsuper
+            $citus$ INTO v_kin;
+        END IF;
+
         -- Every transaction of this database open now (its virtual xid is
         -- locked until it ends); ours excluded, and autovacuum's, which can
         -- run for hours and runs no client's statements (CREATE INDEX
-        -- CONCURRENTLY does not wait for vacuums either).
-        PERFORM pg_catalog.pg_stat_clear_snapshot();
+        -- CONCURRENTLY does not wait for vacuums either), and the Citus
+        -- connections just found.
         v_waitfor := ARRAY(
             SELECT l.virtualxid
               FROM pg_catalog.pg_locks AS l
@@ -218,7 +262,8 @@ BEGIN
              WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
                AND l.pid <> pg_catalog.pg_backend_pid()
                AND s.datid = v_db
-               AND s.backend_type <> 'autovacuum worker');
+               AND s.backend_type <> 'autovacuum worker'
+               AND l.pid <> ALL (coalesce(v_kin, '{}')));
         v_wait_ms := (SELECT s.setting::bigint FROM pg_catalog.pg_settings AS s WHERE s.name = 'lock_timeout');
         IF v_wait_ms = 0 THEN
             v_wait_ms := 60000;

@@ -1,8 +1,10 @@
 /**
  * pg_lease on Citus: a coordinator and two workers (the system PostgreSQL with the Citus build,
- * started by pg-lease-testing's startCitusCluster), `SELECT lease.distribute()`, then the
- * contract's core behaviours and the 0.2.x API through the coordinator, on keys whose shards
- * live on different workers.
+ * started by pg-lease-testing's startCitusCluster), pg_lease installed the way
+ * extension/README.md documents it, by the database owner (a role that is not a superuser):
+ * `CREATE EXTENSION pg_lease` on the coordinator, then `SELECT lease.distribute()`; then the
+ * contract's core behaviours and the 0.2.x API through the coordinator, as that owner, on keys
+ * whose shards live on different workers.
  *
  * Without Citus installed the suite is skipped with the reason, except under CI=true or
  * PG_LEASE_NO_SKIP=1, where .ci/run installs it and its absence fails the run.
@@ -45,9 +47,17 @@ function skipWithoutCitus(): string | false {
 
 const skip = skipWithoutCitus();
 
+/** The database owner: not a superuser; it installs and distributes pg_lease. */
+const OWNER = 'citus_db_owner';
+
 describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
   let citus: CitusCluster;
+  /** Connections to the coordinator as {@link OWNER}. */
   let pool: pg.Pool;
+  /** Connections to the coordinator as the superuser, to read the table itself. */
+  let admin: pg.Pool;
+  /** What the owner's install on the coordinator met while another transaction was open on a worker. */
+  let blocked: { error: pg.DatabaseError; blocker: number };
   /** Keys by the worker holding their shard: `keys[i]` are all on worker i. */
   let keys: string[][];
   let counter = 0;
@@ -58,11 +68,62 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
     return `${key}`;
   }
 
+  /** Connection string of the cluster's database on `node` (the coordinator) as `role`. */
+  function urlAs(role: string, node = citus.coordinator): string {
+    const url = new URL(citus.url(node));
+    url.username = role;
+    return url.toString();
+  }
+
   before(async () => {
-    citus = await startCitusCluster();
-    await citus.query('SELECT lease.distribute()');
-    pool = new pg.Pool({ connectionString: citus.url(), max: 8 });
+    citus = await startCitusCluster({ extension: false });
+    // Citus propagates both to the workers.
+    await citus.query(`CREATE ROLE ${OWNER} LOGIN`);
+    await citus.query(`ALTER DATABASE ${citus.database} OWNER TO ${OWNER}`);
+    // The guard still waits for a transaction on a worker that is not this install's own, even
+    // a superuser's. The owner's sessions on that worker (those of this attempt only: Citus's
+    // connections end with the coordinator's session) give up after lock_timeout.
+    const worker = citus.workers[1]!;
+    const setTimeoutOnWorker = (value: string) =>
+      citus.query(
+        `DO $$ BEGIN
+           SET LOCAL citus.enable_ddl_propagation = off;
+           ALTER ROLE ${OWNER} IN DATABASE ${citus.database} ${value};
+         END $$`,
+        [],
+        worker,
+      );
+    await setTimeoutOnWorker(`SET lock_timeout = '1s'`);
+    const early = new pg.Client({ connectionString: urlAs(OWNER) });
+    const blocker = new pg.Client({ connectionString: citus.url(worker) });
+    await early.connect();
+    await blocker.connect();
+    try {
+      await blocker.query('BEGIN');
+      const { rows } = await blocker.query<{ pid: number }>(
+        'SELECT pg_backend_pid() AS pid, pg_current_xact_id()',
+      );
+      const error = await pgError(early.query('CREATE EXTENSION pg_lease'));
+      blocked = { error, blocker: rows[0]!.pid };
+    } finally {
+      await blocker.end();
+      await early.end();
+      await setTimeoutOnWorker('RESET lock_timeout');
+    }
+    // The documented route, as the database owner (in a new session: the guard tells a schema
+    // made in this transaction by this session's counts, which still hold the attempt's).
+    const owner = new pg.Client({ connectionString: urlAs(OWNER) });
+    await owner.connect();
+    try {
+      await owner.query('CREATE EXTENSION pg_lease');
+      await owner.query('SELECT lease.distribute()');
+    } finally {
+      await owner.end();
+    }
+    pool = new pg.Pool({ connectionString: urlAs(OWNER), max: 8 });
     pool.on('error', () => undefined);
+    admin = new pg.Pool({ connectionString: citus.url(), max: 2 });
+    admin.on('error', () => undefined);
     // Enough keys on each worker for every test to use its own.
     keys = citus.workers.map(() => []);
     for (let i = 0; keys.some((list) => list.length < 40); i++) {
@@ -75,6 +136,7 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
   });
   after(async () => {
     await pool?.end();
+    await admin?.end();
     await citus?.destroy();
   });
 
@@ -95,6 +157,53 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
     // Idempotent.
     await citus.query('SELECT lease.distribute()');
     await citus.query('SELECT lease.distribute()');
+  });
+
+  test('the database owner, not a superuser, installed and distributed pg_lease on every node; the guard spares only its own Citus connections', async () => {
+    const { rows: roles } = await citus.query<{ super: boolean; dbowner: string }>(
+      `SELECT r.rolsuper AS super, d.datdba::regrole::text AS dbowner
+         FROM pg_roles r, pg_database d WHERE r.rolname = $1 AND d.datname = current_database()`,
+      [OWNER],
+    );
+    assert.deepEqual(roles, [{ super: false, dbowner: OWNER }]);
+    for (const node of [citus.coordinator, ...citus.workers]) {
+      const { rows } = await citus.query<{ extowner: string; tables: string; schema: string }>(
+        `SELECT e.extowner::regrole::text AS extowner,
+                (SELECT string_agg(DISTINCT c.relowner::regrole::text, ',') FROM pg_class c
+                  WHERE c.relnamespace = 'lease'::regnamespace AND c.relkind = 'r'
+                    AND c.relname IN ('leases', 'epoch_floor')) AS tables,
+                (SELECT n.nspowner::regrole::text FROM pg_namespace n WHERE n.nspname = 'lease') AS schema
+           FROM pg_extension e WHERE e.extname = 'pg_lease'`,
+        [],
+        node,
+      );
+      assert.deepEqual(
+        rows,
+        [
+          {
+            extowner: OWNER,
+            tables: citus.coordinator.superuser,
+            schema: citus.coordinator.superuser,
+          },
+        ],
+        `port ${node.port}`,
+      );
+    }
+    // Distributing again is the owner's too, and nobody else's.
+    await pool.query('SELECT lease.distribute()');
+    await citus.query(`CREATE ROLE citus_stranger LOGIN`);
+    const stranger = new pg.Client({ connectionString: urlAs('citus_stranger') });
+    await stranger.connect();
+    try {
+      const refused = await pgError(stranger.query('SELECT lease.distribute()'));
+      assert.equal(refused.code, '42501', refused.message);
+    } finally {
+      await stranger.end();
+    }
+    // The install before the one that succeeded: an open transaction on a worker that was not
+    // its own made the guard there wait, and lock_timeout end the wait.
+    assert.equal(blocked.error.code, '55P03', blocked.error.message);
+    assert.match(blocked.error.detail ?? '', new RegExp(`pid ${blocked.blocker} \\(`));
   });
 
   test('distribute() without Citus is a clear 0A000', async () => {
@@ -346,7 +455,7 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
       if (grant.epoch! + 1n > highest) highest = grant.epoch! + 1n;
     }
     await acquire(pool, live, 'p', '30 seconds');
-    const { rows } = await citus.query<{ n: string }>(`SELECT lease.purge('0 seconds')::text AS n`);
+    const { rows } = await pool.query<{ n: string }>(`SELECT lease.purge('0 seconds')::text AS n`);
     assert.ok(Number(rows[0]!.n) >= 2);
     for (const key of dead) assert.equal(await inspect(pool, key), undefined);
     assert.equal((await inspect(pool, live))!.held, true);
@@ -397,11 +506,11 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
   test('fence_row: on a coordinator-local table it admits the live epoch and refuses a stale one; Citus refuses it on a distributed table', async () => {
     const key = keyOn(0);
     const grant = await acquire(pool, key, 'rows', '30 seconds');
-    await citus.query(`CREATE SCHEMA IF NOT EXISTS biz`);
-    await citus.query(
+    await pool.query(`CREATE SCHEMA IF NOT EXISTS biz`);
+    await pool.query(
       `CREATE TABLE biz.local_rows (id int PRIMARY KEY, k text NOT NULL, e bigint NOT NULL)`,
     );
-    await citus.query(
+    await pool.query(
       `CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON biz.local_rows
          FOR EACH ROW EXECUTE FUNCTION lease.fence_row('k', 'e')`,
     );
@@ -414,10 +523,10 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
     assert.deepEqual(rows, [{ id: 1 }]);
 
     // As extension/README.md says: on a distributed business table, lease.fence instead.
-    await citus.query(
+    await pool.query(
       `CREATE TABLE biz.dist_rows (k text COLLATE "C" NOT NULL, id int NOT NULL, e bigint NOT NULL)`,
     );
-    await citus.query(
+    await pool.query(
       `SELECT create_distributed_table('biz.dist_rows', 'k', colocate_with => 'lease.leases')`,
     );
     // Colocated: each business row's shard sits with its key's lease (the workers' own
@@ -428,7 +537,7 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
     );
     assert.equal(groups.rows[0]!.n, 1);
     const refused = await pgError(
-      citus.query(
+      pool.query(
         `CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON biz.dist_rows
            FOR EACH ROW EXECUTE FUNCTION lease.fence_row('k', 'e')`,
       ),
@@ -464,7 +573,7 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
     try {
       const key = keyOn(1);
       const owner = 'citus_alice/job';
-      assert.equal((await citus.query(`SELECT lease.bind_owners(true) AS on`)).rows[0]!.on, true);
+      assert.equal((await pool.query(`SELECT lease.bind_owners(true) AS on`)).rows[0]!.on, true);
       const grant = await acquire(alice, key, owner, '30 seconds');
       assert.equal(grant.acquired, true);
       for (const call of [
@@ -485,10 +594,10 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
         epoch: grant.epoch,
         expiresAt: grant.expiresAt,
       });
-      assert.equal((await citus.query(`SELECT lease.bind_owners(false) AS on`)).rows[0]!.on, false);
+      assert.equal((await pool.query(`SELECT lease.bind_owners(false) AS on`)).rows[0]!.on, false);
       assert.equal((await release(carol, key, owner, grant.epoch)).status, 'ok');
     } finally {
-      await citus.query(`SELECT lease.bind_owners(false)`);
+      await pool.query(`SELECT lease.bind_owners(false)`);
       await alice.end();
       await carol.end();
     }
@@ -511,7 +620,7 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
       seed,
       HISTORY_OPERATIONS,
       {
-        rowsOf: pool,
+        rowsOf: admin,
         repeatableRead: false,
         list: false,
       },

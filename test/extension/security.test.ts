@@ -25,6 +25,8 @@ const API = [
   'lease.renew_many(text[],text,bigint[],interval,boolean)',
   'lease.release_many(text[],text,bigint[])',
   'lease.watch(text,interval)',
+  // Takes no argument; only the extension's owner and superusers get past its check.
+  'lease.distribute()',
 ];
 
 let db: TestDatabase;
@@ -74,6 +76,14 @@ describe('privileges', () => {
       client.query('CREATE FUNCTION lease.planted() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$'),
     );
     assert.equal(fn.code, '42501');
+  });
+
+  test("a fresh role may not call lease.distribute(), which runs with the definer's rights", async () => {
+    const client = await stranger.connect();
+    const error = await pgError(client.query('SELECT lease.distribute()'));
+    assert.equal(error.code, '42501', error.message);
+    // Who may: without Citus it goes on to say so.
+    assert.equal((await pgError(db.pool.query('SELECT lease.distribute()'))).code, '0A000');
   });
 
   test('a fresh role uses all four functions without any grant on the table', async () => {

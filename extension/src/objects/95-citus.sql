@@ -58,24 +58,41 @@ REVOKE ALL ON FUNCTION lease._is_distributed() FROM PUBLIC;
  *      variable instead the statements found no row at all (Citus 13.2.2).
  *      So the coordinator's clock times every key.
  *
- * Errors: 0A000 when Citus is not installed in this database, or when this
- * is not the coordinator; 55000 when the cluster has no node that may hold
- * shards.  It needs the privileges of the extension's owner (it alters and
- * distributes its tables).
+ * Who may call it: the extension's owner (the role that ran CREATE
+ * EXTENSION, usually the database owner, not a superuser; for a bundle,
+ * the installing role) and members of its role, and superusers.  The tables belong to the bootstrap superuser,
+ * as every object of this trusted extension does, so it is SECURITY
+ * DEFINER: it takes no argument, and what it does is fixed.
+ *
+ * Errors: 42501 for any other caller; 0A000 when Citus is not installed in
+ * this database, or when this is not the coordinator; 55000 when the
+ * cluster has no node that may hold shards.
  */
 CREATE OR REPLACE FUNCTION lease.distribute()
     RETURNS void
     LANGUAGE plpgsql
     VOLATILE
+    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     -- Citus's notices about copying the floor's row are not the caller's concern.
     SET client_min_messages = warning
 AS $function$
 DECLARE
+    v_caller   CONSTANT text := lease._calling_role();
+    -- A bundle install has no extension: its installing role owns this function.
+    v_owner    oid := coalesce((SELECT e.extowner FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pg_lease'),
+                               current_user::pg_catalog.regrole::oid);
     v_nodes    boolean;
     v_retype   text;
     v_failed   text;
 BEGIN
+    IF NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_caller), false)
+       AND NOT pg_catalog.pg_has_role(v_caller, v_owner, 'USAGE') THEN
+        RAISE EXCEPTION 'pg_lease: only the owner of pg_lease may distribute it'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('%s is neither a superuser nor a member of %s, the extension''s owner.',
+                                             v_caller, v_owner::pg_catalog.regrole::text);
+    END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e WHERE e.extname = 'citus') THEN
         RAISE EXCEPTION 'pg_lease: lease.distribute() needs Citus, which is not installed in this database'
             USING ERRCODE = 'feature_not_supported',

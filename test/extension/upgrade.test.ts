@@ -110,7 +110,7 @@ describe('shipped versions', () => {
 
 describe('make install', () => {
   test(
-    'builds the scripts from src, installs them, and removes the 0.1.0 and 0.2.0 scripts an earlier install left, so neither version is installable',
+    'builds the scripts from src, installs them, and removes the 0.1.0, 0.2.0 and 0.2.1 scripts an earlier install left, so no earlier version is installable',
     { skip: skipWithoutMake() },
     () => {
       const source = copyExtensionSource();
@@ -120,7 +120,14 @@ describe('make install', () => {
         const destdir = path.join(path.dirname(source.dir), 'destdir');
         const extensionDir = path.join(destdir, sharedir.stdout.trim(), 'extension');
         fs.mkdirSync(extensionDir, { recursive: true });
-        for (const stale of ['pg_lease--0.1.0.sql', 'pg_lease--0.2.0.sql', 'pg_lease--0.1.0--0.2.0.sql'])
+        for (const stale of [
+          'pg_lease--0.1.0.sql',
+          'pg_lease--0.2.0.sql',
+          'pg_lease--0.1.0--0.2.0.sql',
+          'pg_lease--0.2.1.sql',
+          'pg_lease--0.1.0--0.2.1.sql',
+          'pg_lease--0.2.0--0.2.1.sql',
+        ])
           fs.writeFileSync(path.join(extensionDir, stale), '-- stale\n');
         const result = make(source.dir, 'install', `DESTDIR=${destdir}`);
         assert.equal(result.status, 0, result.stdout + result.stderr);

@@ -1,7 +1,7 @@
 /**
  * SEMANTICS.md §10 "Install and upgrade safety": only the current version (CURRENT_VERSION,
- * 0.2.2) can be installed (0.1.0 in particular is not), and `ALTER EXTENSION pg_lease UPDATE`
- * from each earlier version (0.1.0, 0.2.0, 0.2.1) runs one direct update script and gives
+ * 0.3.0) can be installed (0.1.0 in particular is not), and `ALTER EXTENSION pg_lease UPDATE`
+ * from each earlier version (0.1.0, 0.2.0, 0.2.1, 0.2.2) runs one direct update script and gives
  * exactly the objects of a fresh install of the current version, while every lease keeps its
  * owner, epoch and expiry. The released install scripts of the earlier versions exist only as
  * the test fixtures extension/test/fixtures/pg_lease--<v>.sql, staged into this file's private
@@ -309,8 +309,8 @@ describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0 keeps the state', () => {
   });
 });
 
-// 0.2.0 and 0.2.1 have the same tables.
-for (const from of ['0.2.0', '0.2.1'] as const) {
+// 0.2.0, 0.2.1 and 0.2.2 have the same tables.
+for (const from of ['0.2.0', '0.2.1', '0.2.2'] as const) {
   describe(`ALTER EXTENSION pg_lease UPDATE from ${from} keeps the state`, () => {
     test('keeps held, released, lapsed and purged keys: owner, epoch, expiry, release time and the epoch floor', async () => {
       const db = await database();

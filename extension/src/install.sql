@@ -48,7 +48,26 @@ CREATE TABLE lease.leases (
     -- Waiters outside a transaction want a release notified until then
     -- (objects/37-watch.sql).
     watched_until timestamptz,
+    -- A counted key's limit (0.3.0, §13): how many permits may hold it at
+    -- once; NULL for an exclusive key.  Set by lease.set_limit only.  Added
+    -- last, as the update from 0.2.2 adds it.
+    permit_limit integer,
     CONSTRAINT leases_pkey PRIMARY KEY (key)
+) WITH (fillfactor = 70);
+
+/*
+ * The permits of counted keys (0.3.0, §13): one row per owner holding, or
+ * having held, one of a counted key's permits.  A permit's epoch is taken
+ * from its key's row in lease.leases (the key's one epoch counter), so it
+ * is fresh key-wide.  A release deletes its row; a grant of the key deletes
+ * the rows that are no longer live.
+ */
+CREATE TABLE lease.permits (
+    key         lease.key_text COLLATE pg_catalog."C" NOT NULL,
+    owner       lease.owner_text COLLATE pg_catalog."C" NOT NULL,
+    epoch       lease.epoch_number NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    CONSTRAINT permits_pkey PRIMARY KEY (key, owner)
 ) WITH (fillfactor = 70);
 
 /*

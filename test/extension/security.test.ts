@@ -25,6 +25,9 @@ const API = [
   'lease.renew_many(text[],text,bigint[],interval,boolean)',
   'lease.release_many(text[],text,bigint[])',
   'lease.watch(text,interval)',
+  // 0.3.0, §13.
+  'lease.set_limit(text,integer)',
+  'lease.holders(text)',
   // Takes no argument; only the extension's owner and superusers get past its check.
   'lease.distribute()',
 ];

@@ -13,6 +13,7 @@ import {
   acquireTimed as acquire,
   inspect,
   inspectAll,
+  micros,
   releaseTimed as release,
   renew,
   type Inspected,
@@ -86,6 +87,38 @@ describe('crash', () => {
       expiresAt: null,
     });
     assert.equal((await acquire(db, 'crash/acquired', 'worker-b', '60 seconds')).acquired, false);
+  });
+
+  test('permits of a counted key survive kill -9 like exclusive grants: committed ones stand (also under synchronous_commit = off), an uncommitted one is gone, the limit holds', async () => {
+    await reconnect();
+    const key = 'crash/permits';
+    await db.query('SELECT lease.set_limit($1, 2)', [key]);
+    // Asynchronous commits would be lost in a crash; a permit's grant and renewal must not be.
+    await db.query('SET synchronous_commit = off');
+    const a = await acquire(db, key, 'worker-a', '60 seconds');
+    const renewed = await renew(db, key, 'worker-a', a.epoch!, '90 seconds');
+    assert.equal(renewed.status, 'ok');
+    const open = await connect(url);
+    await open.query('BEGIN');
+    const { rows: pending } = await open.query(
+      `SELECT acquired, epoch::text FROM lease.acquire($1, 'worker-b', '60 seconds')`,
+      [key],
+    );
+    assert.equal(pending[0].acquired, true);
+    await crashAndRecover();
+    await disconnect(open);
+
+    const { rows } = await db.query(
+      `SELECT owner, epoch::text, ${micros('expires_at')}::text AS e FROM lease.holders($1)`,
+      [key],
+    );
+    assert.deepEqual(rows, [
+      { owner: 'worker-a', epoch: String(a.epoch), e: String(renewed.expiresAt) },
+    ]);
+    const c = await acquire(db, key, 'worker-c', '60 seconds');
+    assert.equal(c.acquired, true);
+    assert.ok(c.epoch! > a.epoch!);
+    assert.equal((await acquire(db, key, 'worker-d', '60 seconds')).acquired, false);
   });
 
   test('an acquire whose transaction had not committed at the crash is gone after recovery', async () => {

@@ -260,8 +260,12 @@ export async function leaseTable(db: Queryable): Promise<string> {
     `SELECT c.oid::regclass::text AS name
        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
       WHERE n.nspname = 'lease' AND c.relkind IN ('r', 'p')
-        AND EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'key')`,
+        AND EXISTS (SELECT FROM pg_index i JOIN pg_attribute a
+                            ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                     WHERE i.indrelid = c.oid AND i.indisprimary AND i.indnatts = 1
+                       AND a.attname = 'key')`,
   );
+  // lease.permits (0.3.0) has a key column too, but its primary key is (key, owner).
   assert.equal(rows.length, 1, 'schema lease must hold exactly one table of keys');
   return (rows[0] as { name: string }).name;
 }

@@ -4,6 +4,7 @@
  *
  *   lease._max_bytes, _max_years, _max_interval, _max_keys   the limits (§3)
  *   lease._is_live        when a grant holds (§2): the predicate of every call
+ *   lease._next_epoch     the epoch a key's next grant or release moves to (§4)
  *   lease._refusal_of     why a renew, release or epoch check does not match (I8)
  *   lease._validate       every input check of every call, scalar or array (§3)
  *   lease._message        the wording of the refusals the client gives too
@@ -57,6 +58,18 @@ RETURN 10000;
 REVOKE ALL ON FUNCTION lease._max_keys() FROM PUBLIC;
 
 /*
+ * The largest limit of a counted key (0.3.0, §13): every grant of a permit
+ * counts the key's live permits under the key's row lock.
+ */
+CREATE OR REPLACE FUNCTION lease._max_permits()
+    RETURNS integer
+    LANGUAGE sql
+    IMMUTABLE PARALLEL SAFE
+RETURN 1000;
+
+REVOKE ALL ON FUNCTION lease._max_permits() FROM PUBLIC;
+
+/*
  * lease._message(id): the wording of each DETAIL phrase and HINT that the
  * client also gives, when it refuses input before sending it, as a
  * pg_catalog.format template.  The phrases take the argument's name first
@@ -96,6 +109,21 @@ CREATE OR REPLACE FUNCTION lease._is_live(p_owner text, p_expires_at timestamptz
 RETURN p_owner IS NOT NULL AND p_at < p_expires_at;
 
 REVOKE ALL ON FUNCTION lease._is_live(text, timestamptz, timestamptz) FROM PUBLIC;
+
+/*
+ * lease._next_epoch(epoch): the epoch that follows a key's epoch (§4).
+ * Every statement that moves a key's epoch on (a grant, a release, a
+ * permit's grant) takes it from here, on the key's row in lease.leases,
+ * which it holds locked: that row is the key's one epoch counter, for its
+ * exclusive grants and its permits alike (I1).
+ */
+CREATE OR REPLACE FUNCTION lease._next_epoch(p_epoch bigint)
+    RETURNS bigint
+    LANGUAGE sql
+    IMMUTABLE PARALLEL SAFE
+RETURN p_epoch + 1;
+
+REVOKE ALL ON FUNCTION lease._next_epoch(bigint) FROM PUBLIC;
 
 /*
  * lease._refusal_of: why a call presenting (owner, epoch) at server time at
@@ -352,6 +380,10 @@ BEGIN
         IF p_call IN ('acquire', 'watch') THEN
             v_problems := v_problems || lease._interval_problem('wait', p_wait, false);
         END IF;
+        IF p_call = 'set_limit' AND NOT p_limit BETWEEN 1 AND lease._max_permits() THEN
+            v_problems := v_problems
+                || pg_catalog.format('limit must be NULL or from 1 to %s', lease._max_permits());
+        END IF;
 
         v_hint := CASE
             WHEN v_batch THEN
@@ -361,8 +393,12 @@ BEGIN
                 || CASE WHEN v_single = 'release' THEN '.'
                         ELSE pg_catalog.format('; ttl is a positive finite interval of at most %s years.',
                                                lease._max_years()) END
-            WHEN p_call = 'inspect' THEN
+            WHEN p_call IN ('inspect', 'holders') THEN
                 pg_catalog.format(lease._message('hint_key'), lease._max_bytes())
+            WHEN p_call = 'set_limit' THEN
+                pg_catalog.format('key is a non-empty string of at most %s bytes; '
+                                  'limit is NULL (an exclusive key) or a number of permits from 1 to %s.',
+                                  lease._max_bytes(), lease._max_permits())
             WHEN p_call = 'fence' THEN
                 pg_catalog.format('key is a non-empty string of at most %s bytes; epoch is the one acquire returned.',
                                   lease._max_bytes())

@@ -15,7 +15,7 @@
  *
  * So an attempt never keeps a lock on a row it did not win:
  *
- *   1. FREE or LAPSED: UPDATE ... WHERE <free or lapsed> inside a
+ *   1. FREE or LAPSED: UPDATE ... WHERE <free or lapsed, not counted> inside a
  *      subtransaction (a BEGIN ... EXCEPTION block).  This is the common
  *      case and costs one statement.  Row locks serialize concurrent
  *      grants; the recheck admits exactly one winner.  When the UPDATE
@@ -24,7 +24,8 @@
  *      the UPDATE matches nothing without taking a lock or an XID, so it
  *      writes nothing.
  *   2. Otherwise a plain SELECT (fresh READ COMMITTED snapshot, no lock)
- *      tells why.  HELD by the caller: its grant as it stands, with no write
+ *      tells why.  A counted key (§13) gets one of its permits instead
+ *      (lease._acquire_permit, 45-permits.sql).  HELD by the caller: its grant as it stands, with no write
  *      at all (I4); under REPEATABLE READ or SERIALIZABLE only after a row
  *      lock has proved the snapshot current (§10).  HELD by another: denied.
  *   3. NEVER: INSERT ... ON CONFLICT (key) DO NOTHING.  DO NOTHING takes no
@@ -68,6 +69,7 @@ DECLARE
     v_expires_at timestamptz;
     v_again      boolean;
     v_confirmed  boolean;
+    v_limit      integer;
 BEGIN
     -- Fast path (see lease._is_plain_text); wait = 0 is part of it, and an
     -- owner, which the UPDATE writes and its domain would let through NULL.
@@ -89,11 +91,12 @@ BEGIN
         BEGIN
             UPDATE lease.leases AS l
                SET owner = p_owner,
-                   epoch = l.epoch + 1,
+                   epoch = lease._next_epoch(l.epoch),
                    expires_at = v_now + p_ttl,
                    watched_until = NULL
              WHERE l.key = p_key COLLATE pg_catalog."C"
                AND NOT lease._is_live(l.owner, l.expires_at, v_now)
+               AND l.permit_limit IS NULL
             RETURNING true, l.epoch, l.expires_at INTO acquired, epoch, expires_at;
 
             IF acquired THEN
@@ -118,16 +121,22 @@ BEGIN
         END IF;
 
         -- 2. Why not?
-        SELECT l.owner, l.epoch, l.expires_at
-          INTO v_owner, v_epoch, v_expires_at
+        SELECT l.owner, l.epoch, l.expires_at, l.permit_limit
+          INTO v_owner, v_epoch, v_expires_at, v_limit
           FROM lease.leases AS l
          WHERE l.key = p_key COLLATE pg_catalog."C";
 
-        IF NOT FOUND THEN
+        IF v_limit IS NOT NULL THEN
+            -- A counted key (§13): one of its permits.
+            RETURN QUERY
+                SELECT a.acquired, a.epoch, a.expires_at
+                  FROM lease._acquire_permit(p_key, p_owner, p_ttl) AS a;
+            RETURN;
+        ELSIF NOT FOUND THEN
             -- 3. NEVER -> HELD(owner, floor + 1, now + ttl); the floor is 0
             -- until lease.purge deletes a key.  The floor is read before the
             -- INSERT and again after it (lease._first_grant_epoch).
-            SELECT f.epoch + 1 INTO v_first FROM lease.epoch_floor AS f;
+            SELECT lease._next_epoch(f.epoch) INTO v_first FROM lease.epoch_floor AS f;
             INSERT INTO lease.leases AS l (key, owner, epoch, expires_at)
             VALUES (p_key, p_owner, v_first, v_now + p_ttl)
             ON CONFLICT (key) DO NOTHING

@@ -122,7 +122,12 @@ BEGIN
         -- a poll while a transaction keeps the row locked.
         v_holder_until := NULL;
         IF NOT v_locked THEN
-            SELECT l.expires_at INTO v_holder_until
+            -- A counted key (§13): the first of its permits to lapse.
+            SELECT COALESCE(l.expires_at,
+                            (SELECT pg_catalog.min(p.expires_at) FROM lease.permits AS p
+                              WHERE p.key = p_key COLLATE pg_catalog."C"
+                                AND p.expires_at > v_now))
+              INTO v_holder_until
               FROM lease.leases AS l
              WHERE l.key = p_key COLLATE pg_catalog."C";
         END IF;

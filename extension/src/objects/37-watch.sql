@@ -94,6 +94,7 @@ DECLARE
     v_holder text;
     v_held   boolean;
     v_fresh  boolean;
+    v_limit  integer;
 BEGIN
     IF (lease._is_plain_text(p_key) AND p_wait IS NOT NULL
         AND lease._interval_problem('wait', p_wait, false) IS NULL) IS NOT TRUE THEN
@@ -102,10 +103,25 @@ BEGIN
     v_span := LEAST(p_wait, lease._watch_cap());
 
     SELECT l.owner, lease._is_live(l.owner, l.expires_at, v_now),
-           l.watched_until >= v_now + v_span / 2
-      INTO v_holder, v_held, v_fresh
+           l.watched_until >= v_now + v_span / 2, l.permit_limit
+      INTO v_holder, v_held, v_fresh, v_limit
       FROM lease.leases AS l
      WHERE l.key = p_key COLLATE pg_catalog."C";
+
+    -- A counted key (§13) with a live permit: its permits' releases notify
+    -- once it is marked.  With owners bound nobody marks it (its holders
+    -- are many): the caller polls.
+    IF v_limit IS NOT NULL AND v_fresh IS NOT TRUE AND NOT lease._owners_bound()
+       AND lease._held_until(p_key, NULL, NULL, v_limit, v_now) IS NOT NULL THEN
+        UPDATE lease.leases AS l
+           SET watched_until = v_now + v_span
+         WHERE l.key = (SELECT c.key
+                          FROM lease.leases AS c
+                         WHERE c.key = p_key COLLATE pg_catalog."C"
+                           AND c.permit_limit IS NOT NULL
+                           FOR NO KEY UPDATE SKIP LOCKED)
+           AND l.key = p_key COLLATE pg_catalog."C";
+    END IF;
 
     -- §10 Waiting: mark a held key, at most once per half mark, and only a
     -- row nobody has locked: a fenced transaction holds its key's row for
@@ -132,14 +148,19 @@ BEGIN
     -- row whether a release will notify: a grant made since the first read
     -- ended the mark that read saw, so only the mark on the grant reported
     -- counts.
-    SELECT l.owner, l.epoch, l.expires_at, l.watched_until > pg_catalog.clock_timestamp()
-      INTO owner, epoch, expires_at, notifies
+    SELECT l.owner, l.epoch, l.expires_at, l.watched_until > pg_catalog.clock_timestamp(), l.permit_limit
+      INTO owner, epoch, expires_at, notifies, v_limit
       FROM lease.leases AS l
      WHERE l.key = p_key COLLATE pg_catalog."C";
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    held := lease._is_live(owner, expires_at, pg_catalog.clock_timestamp());
+    -- A counted key (§13) as inspect shows it.
+    expires_at := lease._held_until(p_key, owner, expires_at, v_limit, pg_catalog.clock_timestamp());
+    held := expires_at IS NOT NULL;
+    IF v_limit IS NOT NULL THEN
+        owner := NULL;
+    END IF;
     IF NOT held THEN
         owner := NULL;
         expires_at := NULL;

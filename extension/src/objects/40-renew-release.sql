@@ -72,6 +72,7 @@ DECLARE
     v_expires_at timestamptz;
     v_owner      text;
     v_epoch      bigint;
+    v_limit      integer;
 BEGIN
     IF (%1$s AND lease._is_plain_session() AND NOT lease._owners_bound()) IS NOT TRUE THEN
         PERFORM lease._validate('%2$s', ARRAY[p_key], p_owner, ARRAY[p_epoch]%3$s);
@@ -82,8 +83,7 @@ BEGIN
     LOOP
         -- 1. (and 2., once the row is locked) The guarded write.
         BEGIN
-            UPDATE lease.leases AS l
-               SET %4$s
+            %4$s
              WHERE l.key = p_key COLLATE pg_catalog."C"
                AND l.owner = p_owner COLLATE pg_catalog."C"
                AND l.epoch = p_epoch
@@ -112,7 +112,7 @@ BEGIN
         BEGIN
             SELECT l.expires_at
               INTO v_expires_at
-              FROM lease.leases AS l
+              FROM %9$s AS l
              WHERE l.key = p_key COLLATE pg_catalog."C"
                AND l.owner = p_owner COLLATE pg_catalog."C"
                AND l.epoch = p_epoch
@@ -137,67 +137,91 @@ BEGIN
             AND p_epoch IS NOT NULL) IS NOT TRUE THEN
             PERFORM lease._validate('%2$s', ARRAY[p_key], p_owner, ARRAY[p_epoch]%3$s);
         END IF;
-        SELECT l.owner, l.epoch, l.expires_at
-          INTO v_owner, v_epoch, v_expires_at
-          FROM lease.leases AS l
-         WHERE l.key = p_key COLLATE pg_catalog."C";
+        SELECT l.owner, l.epoch, l.expires_at, %11$s
+          INTO v_owner, v_epoch, v_expires_at, v_limit
+          FROM %9$s AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C"%10$s;
         status := lease._refusal_of(v_owner, v_epoch, v_expires_at,
                                     p_owner, p_epoch, pg_catalog.clock_timestamp());
+        IF status IS NOT NULL AND v_limit IS NOT NULL THEN
+            -- A counted key (§13): the caller's permit, by the same body.
+            RETURN QUERY SELECT * FROM %12$s;
+            RETURN;
+        END IF;
         EXIT WHEN status IS NOT NULL;
     END LOOP;
     %7$s
     RETURN NEXT;
 END;
 $body$;
+    v_header CONSTANT text := $sql$
+CREATE OR REPLACE FUNCTION %s(
+    p_key   text,
+    p_owner text,
+    p_epoch bigint%s)
+    RETURNS TABLE (%s)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS %s$sql$;
+    -- The key's row (an exclusive grant) or the caller's permit (§13).
+    v_exclusive CONSTANT text[] := ARRAY['lease.leases', '', 'l.permit_limit'];
+    v_permit    CONSTANT text[] := ARRAY['lease.permits',
+        ' AND l.owner = p_owner COLLATE pg_catalog."C"', 'NULL::integer'];
+    v_wake      CONSTANT text := 'IF v_watched > v_now THEN PERFORM lease._wake(p_key); END IF;';
+    v_table     text[];
 BEGIN
-    EXECUTE pg_catalog.format($sql$
-CREATE OR REPLACE FUNCTION lease.renew(
-    p_key   text,
-    p_owner text,
-    p_epoch bigint,
-    p_ttl   interval)
-    RETURNS TABLE (status text, expires_at timestamptz)
-    LANGUAGE plpgsql
-    VOLATILE
-    SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp
-    ROWS 1
-AS %s$sql$, pg_catalog.quote_literal(pg_catalog.format(v_body,
-        'lease._is_plain_ttl(p_ttl)',
-        'renew',
-        ', p_ttl => p_ttl',
-        'expires_at = v_now + p_ttl',
-        '''ok'', l.expires_at',
-        'status, expires_at',
-        'expires_at := NULL;',
-        '')));
+    FOREACH v_table SLICE 1 IN ARRAY ARRAY[v_exclusive, v_permit] LOOP
+        EXECUTE pg_catalog.format(v_header,
+            CASE WHEN v_table = v_exclusive THEN 'lease.renew' ELSE 'lease._renew_permit' END,
+            ',
+    p_ttl   interval', 'status text, expires_at timestamptz',
+            pg_catalog.quote_literal(pg_catalog.format(v_body,
+                'lease._is_plain_ttl(p_ttl)',
+                'renew',
+                ', p_ttl => p_ttl',
+                pg_catalog.format('UPDATE %s AS l SET expires_at = v_now + p_ttl', v_table[1]),
+                '''ok'', l.expires_at',
+                'status, expires_at',
+                'expires_at := NULL;',
+                '',
+                v_table[1], v_table[2], v_table[3],
+                'lease._renew_permit(p_key, p_owner, p_epoch, p_ttl)')));
 
-    EXECUTE pg_catalog.format($sql$
-CREATE OR REPLACE FUNCTION lease.release(
-    p_key   text,
-    p_owner text,
-    p_epoch bigint)
-    RETURNS TABLE (status text)
-    LANGUAGE plpgsql
-    VOLATILE
-    SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp
-    ROWS 1
-AS %s$sql$, pg_catalog.quote_literal(pg_catalog.format(v_body,
-        'true',
-        'release',
-        '',
-        'owner = NULL, epoch = l.epoch + 1, expires_at = NULL, released_at = v_now',
-        '''ok'', l.watched_until',
-        'status, v_watched',
-        '',
-        'IF v_watched > v_now THEN PERFORM lease._wake(p_key); END IF;')));
+        -- An exclusive release frees the key and moves its epoch on, which
+        -- fences it (I7); a permit's release deletes the permit, whose epoch
+        -- no later grant takes again.  Both wake the key's waiters.
+        EXECUTE pg_catalog.format(v_header,
+            CASE WHEN v_table = v_exclusive THEN 'lease.release' ELSE 'lease._release_permit' END,
+            '', 'status text',
+            pg_catalog.quote_literal(pg_catalog.format(v_body,
+                'true',
+                'release',
+                '',
+                CASE WHEN v_table = v_exclusive THEN
+                    'UPDATE lease.leases AS l SET owner = NULL, epoch = lease._next_epoch(l.epoch), '
+                    'expires_at = NULL, released_at = v_now'
+                ELSE 'DELETE FROM lease.permits AS l' END,
+                CASE WHEN v_table = v_exclusive THEN '''ok'', l.watched_until' ELSE '''ok''' END,
+                CASE WHEN v_table = v_exclusive THEN 'status, v_watched' ELSE 'status' END,
+                '',
+                CASE WHEN v_table = v_exclusive THEN v_wake
+                ELSE 'SELECT w.watched_until INTO v_watched FROM lease.leases AS w '
+                     'WHERE w.key = p_key COLLATE pg_catalog."C"; ' || v_wake END,
+                v_table[1], v_table[2], v_table[3],
+                'lease._release_permit(p_key, p_owner, p_epoch)')));
+    END LOOP;
 END
 $define$;
 
 COMMENT ON FUNCTION lease.renew(text, text, bigint, interval) IS
     'renew(key, owner, epoch, ttl): extend the caller''s live grant to server time + ttl, epoch unchanged; '
     'status ok, or not_owner / lapsed / epoch_mismatch (checked in that order) with nothing changed';
+
+REVOKE ALL ON FUNCTION lease._renew_permit(text, text, bigint, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._release_permit(text, text, bigint) FROM PUBLIC;
 
 COMMENT ON FUNCTION lease.release(text, text, bigint) IS
     'release(key, owner, epoch): end the caller''s live grant; the key becomes free and its epoch increments; '

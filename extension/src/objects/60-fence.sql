@@ -104,6 +104,14 @@ BEGIN
         END IF;
         v_validated := true;
 
+        -- A counted key (§13): the permit of that epoch.
+        IF EXISTS (SELECT FROM lease.leases AS l
+                    WHERE l.key = p_key COLLATE pg_catalog."C"
+                      AND l.permit_limit IS NOT NULL) THEN
+            PERFORM lease._fence_permit(p_key, p_epoch);
+            RETURN;
+        END IF;
+
         -- Refused: what stands now.  If that is the grant of p_epoch, live
         -- (it committed after the snapshot of the scan above), try again.
         SELECT l.owner, l.epoch, l.expires_at

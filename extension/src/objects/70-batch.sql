@@ -19,6 +19,12 @@
  *   - Each statement is an index lookup of one key: a batch reads only its
  *     own keys' rows, whatever the table's size, with the server's default
  *     planner settings (no switch, no JIT: its cost estimate is small).
+ *   - Counted keys (§13) are refused with 0A000 before anything is done
+ *     (lease._refuse_counted): a permit's grant locks the key's row that
+ *     every grant of the key needs, and a batch would hold that lock until
+ *     its transaction ends, stalling every other holder's grant behind it.
+ *     A key made counted while the batch runs is treated as the single
+ *     call treats it.
  *
  * renew_many(keys, owner, epochs, ttl, skip_locked => true) skips keys
  * whose row another transaction has locked instead of waiting for them
@@ -42,6 +48,7 @@ CREATE OR REPLACE FUNCTION lease.acquire_many(
 AS $function$
 BEGIN
     PERFORM lease._validate('acquire_many', p_keys, p_owner, p_ttl => p_ttl);
+    PERFORM lease._refuse_counted('acquire_many', p_keys);
     RETURN QUERY
         SELECT i.k, a.acquired, a.epoch, a.expires_at
           FROM (SELECT u.k, u.n
@@ -167,6 +174,7 @@ CREATE OR REPLACE FUNCTION lease.renew_many(
 AS $function$
 BEGIN
     PERFORM lease._validate('renew_many', p_keys, p_owner, p_epochs, p_ttl => p_ttl);
+    PERFORM lease._refuse_counted('renew_many', p_keys);
     RETURN QUERY
         SELECT i.k, r.status, r.expires_at
           FROM (SELECT u.k, u.e, u.n
@@ -213,6 +221,7 @@ BEGIN
     END IF;
     PERFORM lease._validate('renew_many', p_keys, p_owner, p_epochs, p_ttl => p_ttl,
                             p_skip_locked => p_skip_locked);
+    PERFORM lease._refuse_counted('renew_many', p_keys);
     -- What lease.renew checks before it looks at a key, checked before the
     -- first probe locks one: a call that renew refuses takes no lock.
     PERFORM lease._begin_write('renew');
@@ -244,6 +253,7 @@ CREATE OR REPLACE FUNCTION lease.release_many(
 AS $function$
 BEGIN
     PERFORM lease._validate('release_many', p_keys, p_owner, p_epochs);
+    PERFORM lease._refuse_counted('release_many', p_keys);
     RETURN QUERY
         SELECT i.k, r.status
           FROM (SELECT u.k, u.e, u.n

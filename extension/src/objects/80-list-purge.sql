@@ -68,7 +68,9 @@ REVOKE ALL ON FUNCTION lease._prefix_upper_bound(text) FROM PUBLIC;
  * in key order (COLLATE "C", byte order).  With a prefix the scan is a
  * range of the primary key index: key >= prefix AND key < the bound of
  * lease._prefix_upper_bound, never a sequential scan of the table for a
- * selective prefix.  The two statements differ only in that bound.
+ * selective prefix.  The two statements differ only in that bound.  A
+ * counted key (§13) shows as inspect shows it: held while a permit is live,
+ * no owner, the latest expiry of its live permits.
  *
  * Anyone who may call the API may list: it shows what inspect shows, key
  * by key.  The result is built in full before the first row is returned
@@ -98,28 +100,36 @@ BEGIN
     -- are domains over them (install.sql), hence the casts.
     IF v_upper IS NULL THEN
         RETURN QUERY
-            SELECT l.key::text, v.held,
-                   CASE WHEN v.held THEN l.owner::text END,
+            SELECT l.key::text, v.until IS NOT NULL,
+                   CASE WHEN v.until IS NOT NULL AND l.permit_limit IS NULL THEN l.owner::text END,
                    l.epoch::bigint,
-                   CASE WHEN v.held THEN l.expires_at END
+                   v.until
               FROM lease.leases AS l,
-                   LATERAL (SELECT lease._is_live(l.owner, l.expires_at, v_now)) AS v (held)
+                   LATERAL (SELECT CASE WHEN l.permit_limit IS NULL
+                                        THEN CASE WHEN lease._is_live(l.owner, l.expires_at, v_now)
+                                                  THEN l.expires_at END
+                                        ELSE lease._held_until(l.key, l.owner, l.expires_at,
+                                                               l.permit_limit, v_now) END) AS v (until)
              WHERE l.key >= v_prefix
                AND pg_catalog.starts_with(l.key, v_prefix)
-               AND (v.held OR NOT p_held_only)
+               AND (v.until IS NOT NULL OR NOT p_held_only)
              ORDER BY l.key;
     ELSE
         RETURN QUERY
-            SELECT l.key::text, v.held,
-                   CASE WHEN v.held THEN l.owner::text END,
+            SELECT l.key::text, v.until IS NOT NULL,
+                   CASE WHEN v.until IS NOT NULL AND l.permit_limit IS NULL THEN l.owner::text END,
                    l.epoch::bigint,
-                   CASE WHEN v.held THEN l.expires_at END
+                   v.until
               FROM lease.leases AS l,
-                   LATERAL (SELECT lease._is_live(l.owner, l.expires_at, v_now)) AS v (held)
+                   LATERAL (SELECT CASE WHEN l.permit_limit IS NULL
+                                        THEN CASE WHEN lease._is_live(l.owner, l.expires_at, v_now)
+                                                  THEN l.expires_at END
+                                        ELSE lease._held_until(l.key, l.owner, l.expires_at,
+                                                               l.permit_limit, v_now) END) AS v (until)
              WHERE l.key >= v_prefix
                AND l.key < v_upper
                AND pg_catalog.starts_with(l.key, v_prefix)
-               AND (v.held OR NOT p_held_only)
+               AND (v.until IS NOT NULL OR NOT p_held_only)
              ORDER BY l.key;
     END IF;
 END;
@@ -172,9 +182,9 @@ BEGIN
         RETURN p_epoch;
     END IF;
     UPDATE lease.leases AS l
-       SET epoch = v_floor + 1
+       SET epoch = lease._next_epoch(v_floor)
      WHERE l.key = p_key COLLATE pg_catalog."C";
-    RETURN v_floor + 1;
+    RETURN lease._next_epoch(v_floor);
 END;
 $function$;
 
@@ -243,6 +253,7 @@ BEGIN
               FROM lease.leases AS l
              WHERE NOT lease._is_live(l.owner, l.expires_at, v_cutoff)
                AND CASE WHEN l.owner IS NULL THEN l.released_at ELSE l.expires_at END <= v_cutoff
+               AND l.permit_limit IS NULL
              LIMIT p_limit
         LOOP
             v_epoch := NULL;
@@ -251,6 +262,7 @@ BEGIN
              WHERE l.key = v_key
                AND NOT lease._is_live(l.owner, l.expires_at, v_cutoff)
                AND CASE WHEN l.owner IS NULL THEN l.released_at ELSE l.expires_at END <= v_cutoff
+               AND l.permit_limit IS NULL
                FOR UPDATE SKIP LOCKED;
             CONTINUE WHEN v_epoch IS NULL;
             DELETE FROM lease.leases AS l WHERE l.key = v_key;
@@ -269,6 +281,7 @@ BEGIN
           FROM lease.leases AS l
          WHERE NOT lease._is_live(l.owner, l.expires_at, v_cutoff)
            AND CASE WHEN l.owner IS NULL THEN l.released_at ELSE l.expires_at END <= v_cutoff
+               AND l.permit_limit IS NULL
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     ), purged AS (

@@ -1,6 +1,17 @@
 /*
- * Update from 0.2.2.  The state (both tables, their rows) stays as it is,
- * and so do the API and its signatures.  The definitions that follow
- * replace every function as on every update, so nothing is dropped or
- * altered here.
+ * Update from 0.2.2.  The state stays; every key keeps its grant and its
+ * epoch, and stays exclusive.  0.3.0 adds counted keys (§13): the key's
+ * row learns its limit (permit_limit, NULL for every key there is, so
+ * adding it rewrites no row), and their permits get a table of their own,
+ * exactly as install.sql creates both.  The definitions that follow
+ * replace every function; no signature changes, so nothing is dropped.
  */
+ALTER TABLE lease.leases ADD COLUMN permit_limit integer;
+
+CREATE TABLE lease.permits (
+    key         lease.key_text COLLATE pg_catalog."C" NOT NULL,
+    owner       lease.owner_text COLLATE pg_catalog."C" NOT NULL,
+    epoch       lease.epoch_number NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    CONSTRAINT permits_pkey PRIMARY KEY (key, owner)
+) WITH (fillfactor = 70);

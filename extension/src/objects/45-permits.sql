@@ -1,0 +1,498 @@
+/*
+ * Counted keys (0.3.0, §13): lease.set_limit, the grant of a permit,
+ * lease.holders, and what inspect, watch, list and fence read of a counted
+ * key.
+ *
+ * A counted key is a row of lease.leases with permit_limit set; its owner
+ * and expires_at stay NULL, and its epoch is the key's one epoch counter:
+ * the epoch of its latest permit.  Each permit is a row of lease.permits
+ * (key, owner, epoch, expires_at), live by lease._is_live like an exclusive
+ * grant, renewed and released by the body that renews and releases the
+ * key's row (40-renew-release.sql: lease._renew_permit and
+ * lease._release_permit are made from it).  Only lease._acquire_permit
+ * grants one, holding the key's row locked, taking the epoch from it with
+ * lease._next_epoch.
+ *
+ * The count.  A grant locks the key's row (FOR NO KEY UPDATE), reads the
+ * clock, deletes the key's permits that are not live then, and counts the
+ * rest.  A renew or release of a permit locks that permit's row, and a
+ * fenced transaction holds it FOR SHARE; the DELETE waits for either and
+ * then decides on the newest version.  A renew writes only a permit live
+ * when it took the row's lock, so a permit the grant did not delete is one
+ * that was live at its clock reading or renewed before it lapsed: counted.
+ * A permit the DELETE took is gone for the renew too (refused, not_owner).
+ * New permits need the key's row lock, which the grant holds, so the count
+ * is exact for the rest of the grant, or too high by permits that lapse
+ * meanwhile, which only denies.
+ */
+
+/*
+ * Durable like the key's rows (20-durability.sql): a permit's grant and its
+ * renewals.  A release deletes, and is not forced: lost in a crash, the
+ * permit comes back and lapses on its own, which denies more, never less.
+ */
+DROP TRIGGER IF EXISTS permits_durable_commit ON lease.permits;
+CREATE CONSTRAINT TRIGGER permits_durable_commit
+    AFTER INSERT OR UPDATE ON lease.permits
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION lease._durable_commit();
+ALTER TABLE lease.permits ENABLE ALWAYS TRIGGER permits_durable_commit;
+
+REVOKE ALL ON TABLE lease.permits FROM PUBLIC;
+
+COMMENT ON TABLE lease.permits IS
+    'pg_lease internal state: one row per permit of a counted key; use the lease.* functions, never this table';
+
+/*
+ * lease._acquire_permit(key, owner, ttl): lease.acquire on a counted key
+ * (§13), after acquire has checked the input and the transaction.
+ *
+ *   1. The caller's own live permit comes back unchanged (I4), with the
+ *      same confirmation as an exclusive grant under REPEATABLE READ,
+ *      SERIALIZABLE or synchronous standbys (30-acquire.sql, step 2).
+ *   2. A look without a lock: limit or more live permits deny at once, so
+ *      a denial takes no lock and writes nothing.
+ *   3. Under the key's row lock, in a subtransaction rolled back (PLL01)
+ *      unless it grants: the count (see above), then the key's next epoch
+ *      and the permit's row.
+ */
+CREATE OR REPLACE FUNCTION lease._acquire_permit(
+    p_key   text,
+    p_owner text,
+    p_ttl   interval)
+    RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+DECLARE
+    v_now        timestamptz;
+    v_limit      integer;
+    v_count      integer;
+    v_epoch      bigint;
+    v_expires_at timestamptz;
+    v_confirmed  boolean;
+    v_rounds     integer := 0;
+BEGIN
+    LOOP
+        v_rounds := v_rounds + 1;
+        -- 1. The caller's own permit.
+        SELECT p.epoch, p.expires_at
+          INTO v_epoch, v_expires_at
+          FROM lease.permits AS p
+         WHERE p.key = p_key COLLATE pg_catalog."C"
+           AND p.owner = p_owner COLLATE pg_catalog."C";
+        IF lease._is_live(p_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
+            v_confirmed := NULL;
+            IF pg_catalog.current_setting('synchronous_standby_names') <> '' THEN
+                -- Rewritten unchanged, so that this commit waits for the
+                -- standby (§10 Durable commits).
+                v_confirmed := false;
+                BEGIN
+                    UPDATE lease.permits AS p
+                       SET epoch = p.epoch
+                     WHERE p.key = p_key COLLATE pg_catalog."C"
+                       AND p.owner = p_owner COLLATE pg_catalog."C"
+                       AND p.epoch = v_epoch;
+                    IF NOT FOUND THEN
+                        RAISE EXCEPTION USING ERRCODE = 'PLL01';
+                    END IF;
+                    v_confirmed := true;
+                EXCEPTION
+                    WHEN SQLSTATE 'PLL01' THEN
+                        NULL;
+                END;
+            ELSIF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+                PERFORM FROM lease.permits AS p
+                 WHERE p.key = p_key COLLATE pg_catalog."C"
+                   AND p.owner = p_owner COLLATE pg_catalog."C"
+                   FOR SHARE;
+                v_confirmed := true;
+            END IF;
+            IF v_confirmed AND NOT lease._is_live(p_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
+                RAISE EXCEPTION 'pg_lease: the permit lapsed while acquire waited for its row'
+                    USING ERRCODE = 'serialization_failure',
+                          HINT = 'Retry the transaction; acquire then makes a new grant.';
+            END IF;
+            IF v_confirmed IS NOT FALSE THEN
+                acquired := true;
+                epoch := v_epoch;
+                expires_at := v_expires_at;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        END IF;
+
+        -- 2. A look without a lock.  A key no longer counted (lease.set_limit
+        -- meanwhile) is denied: the caller asks again.
+        SELECT l.permit_limit,
+               (SELECT pg_catalog.count(*)
+                  FROM lease.permits AS p
+                 WHERE p.key = p_key COLLATE pg_catalog."C"
+                   AND lease._is_live(p.owner, p.expires_at, pg_catalog.clock_timestamp()))
+          INTO v_limit, v_count
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C";
+        EXIT WHEN v_limit IS NULL OR v_count >= v_limit;
+
+        -- 3. The grant, under the key's row lock.
+        BEGIN
+            SELECT l.permit_limit INTO v_limit
+              FROM lease.leases AS l
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+               FOR NO KEY UPDATE;
+            IF v_limit IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'PLL01';
+            END IF;
+            v_now := pg_catalog.clock_timestamp();
+            DELETE FROM lease.permits AS p
+             WHERE p.key = p_key COLLATE pg_catalog."C"
+               AND NOT lease._is_live(p.owner, p.expires_at, v_now);
+            SELECT pg_catalog.count(*),
+                   pg_catalog.count(*) FILTER (WHERE p.owner = p_owner COLLATE pg_catalog."C")
+              INTO v_count, v_epoch
+              FROM lease.permits AS p
+             WHERE p.key = p_key COLLATE pg_catalog."C";
+            -- Full, or the caller's own permit appeared meanwhile (step 1
+            -- then returns it): nothing granted, nothing kept.
+            IF v_count >= v_limit OR v_epoch > 0 THEN
+                RAISE EXCEPTION USING ERRCODE = 'PLL01';
+            END IF;
+            UPDATE lease.leases AS l
+               SET epoch = lease._next_epoch(l.epoch)
+             WHERE l.key = p_key COLLATE pg_catalog."C"
+            RETURNING l.epoch INTO v_epoch;
+            INSERT INTO lease.permits AS p (key, owner, epoch, expires_at)
+            VALUES (p_key, p_owner, v_epoch, v_now + p_ttl)
+            RETURNING true, p.epoch, p.expires_at INTO acquired, epoch, expires_at;
+            RETURN NEXT;
+            RETURN;
+        EXCEPTION
+            WHEN SQLSTATE 'PLL01' THEN
+                NULL;
+        END;
+        -- Once more when the key changed between the look and the lock.
+        EXIT WHEN v_rounds >= 2;
+    END LOOP;
+
+    acquired := false;
+    epoch := NULL;
+    expires_at := NULL;
+    RETURN NEXT;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._acquire_permit(text, text, interval) FROM PUBLIC;
+
+/*
+ * lease.set_limit(key, limit) (§13): make key a counted key of limit
+ * permits, change its limit, or (limit NULL) make it exclusive again.
+ * Returns the key's limit and how many permits are live now.
+ *
+ *   - A key never granted gets its row, counted, with the epoch a first
+ *     grant would have had (so its first permit has the next one).
+ *   - An exclusive key becomes counted unless its grant is live (55006):
+ *     the holder must release it or let it lapse first.
+ *   - A counted key's limit changes at once.  Live permits are kept, also
+ *     beyond a smaller limit; no permit is granted until fewer than the new
+ *     limit are live.  Nobody is fenced by a change of limit.
+ *   - A counted key becomes exclusive (limit NULL) only when none of its
+ *     permits is live (55006); it is then FREE, its epoch past every permit's.
+ *
+ * With owners bound to roles (90-owner-binding.sql), only a role that may
+ * act for every live holder of the key may change its limit.  On Citus
+ * (lease.distribute()) counted keys are not available (0A000).
+ */
+CREATE OR REPLACE FUNCTION lease.set_limit(
+    p_key   text,
+    p_limit integer)
+    RETURNS TABLE (permit_limit integer, holders integer)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+DECLARE
+    v_now        timestamptz;
+    v_found      boolean;
+    v_owner      text;
+    v_expires_at timestamptz;
+    v_limit      integer;
+    v_first      bigint;
+    v_holder     text;
+BEGIN
+    IF (lease._is_plain_text(p_key) AND (p_limit IS NULL OR p_limit BETWEEN 1 AND lease._max_permits())
+        AND lease._is_plain_session()) IS NOT TRUE THEN
+        PERFORM lease._validate('set_limit', ARRAY[p_key], p_limit => p_limit);
+        PERFORM lease._begin_write('set_limit');
+    END IF;
+    IF lease._is_distributed() THEN
+        RAISE EXCEPTION 'pg_lease: counted keys are not available on Citus'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Use exclusive keys on a distributed pg_lease.';
+    END IF;
+
+    LOOP
+        SELECT l.owner, l.expires_at, l.permit_limit
+          INTO v_owner, v_expires_at, v_limit
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C"
+           FOR NO KEY UPDATE;
+        v_found := FOUND;
+        v_now := pg_catalog.clock_timestamp();
+        IF NOT v_found THEN
+            permit_limit := NULL;
+            holders := 0;
+            IF p_limit IS NULL THEN
+                -- Never granted: exclusive already.
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            SELECT lease._next_epoch(f.epoch) INTO v_first FROM lease.epoch_floor AS f;
+            INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, released_at, permit_limit)
+            VALUES (p_key, NULL, v_first, NULL, v_now, p_limit)
+            ON CONFLICT (key) DO NOTHING;
+            IF FOUND THEN
+                PERFORM lease._first_grant_epoch(p_key, v_first);
+                permit_limit := p_limit;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            -- A concurrent first grant: look again.
+            CONTINUE;
+        END IF;
+        EXIT;
+    END LOOP;
+
+    -- Holders the caller must be able to act for (owners bound).
+    IF lease._owners_bound() THEN
+        IF lease._is_live(v_owner, v_expires_at, v_now) THEN
+            PERFORM lease._act_for(v_owner);
+        END IF;
+        FOR v_holder IN
+            SELECT p.owner FROM lease.permits AS p
+             WHERE p.key = p_key COLLATE pg_catalog."C"
+               AND lease._is_live(p.owner, p.expires_at, v_now)
+        LOOP
+            PERFORM lease._act_for(v_holder);
+        END LOOP;
+    END IF;
+
+    IF v_limit IS NULL AND p_limit IS NOT NULL AND lease._is_live(v_owner, v_expires_at, v_now) THEN
+        RAISE EXCEPTION 'pg_lease: key "%" is held exclusively', p_key COLLATE pg_catalog."C"
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = pg_catalog.format('An exclusive grant holds it until %s.', v_expires_at),
+                  HINT = 'Set a limit once the holder has released the key or its grant has lapsed.';
+    END IF;
+
+    SELECT pg_catalog.count(*)::integer INTO holders
+      FROM lease.permits AS p
+     WHERE p.key = p_key COLLATE pg_catalog."C"
+       AND lease._is_live(p.owner, p.expires_at, v_now);
+    IF p_limit IS NULL AND holders > 0 THEN
+        RAISE EXCEPTION 'pg_lease: key "%" still has live permits', p_key COLLATE pg_catalog."C"
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = pg_catalog.format('%s permits are live.', holders),
+                  HINT = 'Make it exclusive once every permit has been released or has lapsed.';
+    END IF;
+
+    IF p_limit IS NULL THEN
+        IF v_limit IS NOT NULL THEN
+            -- Counted -> exclusive: FREE from now on, its epoch (the latest
+            -- permit's) the watermark.
+            DELETE FROM lease.permits AS p WHERE p.key = p_key COLLATE pg_catalog."C";
+            UPDATE lease.leases AS l
+               SET permit_limit = NULL, released_at = v_now
+             WHERE l.key = p_key COLLATE pg_catalog."C";
+        END IF;
+    ELSIF v_limit IS NULL THEN
+        -- Exclusive -> counted: a lapsed grant no longer names the key.
+        UPDATE lease.leases AS l
+           SET permit_limit = p_limit, owner = NULL, expires_at = NULL,
+               released_at = COALESCE(CASE WHEN l.owner IS NULL THEN l.released_at END, v_now)
+         WHERE l.key = p_key COLLATE pg_catalog."C";
+    ELSIF v_limit <> p_limit THEN
+        UPDATE lease.leases AS l
+           SET permit_limit = p_limit
+         WHERE l.key = p_key COLLATE pg_catalog."C";
+    END IF;
+    permit_limit := p_limit;
+    RETURN NEXT;
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.set_limit(text, integer) IS
+    'set_limit(key, limit): make key a counted key of limit permits (1 to 1000), change its limit, or with limit NULL make it exclusive again; '
+    'returns (permit_limit, holders); live permits are kept when the limit shrinks; 55006 while an exclusive grant, or (for NULL) a permit, is live';
+
+/*
+ * lease._held_until(key, owner, expires_at, limit, at): until when a key
+ * whose row reads (owner, expires_at, permit_limit) is held at at: the
+ * live exclusive grant's expiry, or for a counted key the latest expiry of
+ * its live permits; NULL when nothing holds it.  inspect, watch and list
+ * report with it.  PL/pgSQL, not a SQL-standard body, so that nothing
+ * depends on lease.permits' columns.
+ */
+CREATE OR REPLACE FUNCTION lease._held_until(
+    p_key        text,
+    p_owner      text,
+    p_expires_at timestamptz,
+    p_limit      integer,
+    p_at         timestamptz)
+    RETURNS timestamptz
+    LANGUAGE plpgsql
+    STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    IF p_limit IS NULL THEN
+        RETURN CASE WHEN lease._is_live(p_owner, p_expires_at, p_at) THEN p_expires_at END;
+    END IF;
+    RETURN (SELECT pg_catalog.max(p.expires_at)
+              FROM lease.permits AS p
+             WHERE p.key = p_key COLLATE pg_catalog."C"
+               AND lease._is_live(p.owner, p.expires_at, p_at));
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._held_until(text, text, timestamptz, integer, timestamptz) FROM PUBLIC;
+
+/*
+ * lease.holders(key) (§13): every grant of key live now, as (owner, epoch,
+ * expires_at), in epoch order: the exclusive holder, or each permit.
+ * Advisory, like inspect.
+ */
+CREATE OR REPLACE FUNCTION lease.holders(p_key text)
+    RETURNS TABLE (owner text, epoch bigint, expires_at timestamptz)
+    LANGUAGE plpgsql
+    STABLE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 4
+AS $function$
+DECLARE
+    v_now CONSTANT timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF lease._is_plain_text(p_key) IS NOT TRUE THEN
+        PERFORM lease._validate('holders', ARRAY[p_key]);
+    END IF;
+    RETURN QUERY
+        SELECT l.owner::text, l.epoch::bigint, l.expires_at
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C"
+           AND lease._is_live(l.owner, l.expires_at, v_now)
+        UNION ALL
+        SELECT p.owner::text, p.epoch::bigint, p.expires_at
+          FROM lease.permits AS p
+         WHERE p.key = p_key COLLATE pg_catalog."C"
+           AND lease._is_live(p.owner, p.expires_at, v_now)
+         ORDER BY 2;
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.holders(text) IS
+    'holders(key): every live grant of key as (owner, epoch, expires_at) in epoch order: the exclusive holder, or each permit of a counted key';
+
+/*
+ * lease._fence_permit(key, epoch): lease.fence for a counted key (§13): the
+ * permit of that epoch must be live; its row is then held FOR SHARE until
+ * the transaction ends, so that permit is neither renewed, released nor
+ * swept by a grant before the transaction ends, while the key's other
+ * permits go on.  Otherwise PLF01, as fence raises it.
+ */
+CREATE OR REPLACE FUNCTION lease._fence_permit(
+    p_key   text,
+    p_epoch bigint)
+    RETURNS void
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    v_owner      text;
+    v_expires_at timestamptz;
+    v_holder     text;
+    v_found      boolean;
+BEGIN
+    LOOP
+        IF lease._owners_bound() THEN
+            SELECT p.owner INTO v_holder
+              FROM lease.permits AS p
+             WHERE p.key = p_key COLLATE pg_catalog."C"
+               AND p.epoch = p_epoch;
+            IF v_holder IS NOT NULL THEN
+                PERFORM lease._act_for(v_holder);
+            END IF;
+        END IF;
+
+        SELECT p.owner, p.expires_at
+          INTO v_owner, v_expires_at
+          FROM lease.permits AS p
+         WHERE p.key = p_key COLLATE pg_catalog."C"
+           AND p.epoch = p_epoch
+           AND lease._is_live(p.owner, p.expires_at, pg_catalog.clock_timestamp())
+           AND (NOT lease._owners_bound() OR p.owner = v_holder COLLATE pg_catalog."C")
+           FOR SHARE;
+        IF lease._is_live(v_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
+            RETURN;
+        END IF;
+
+        -- Refused: go round only if that permit is live after all (it
+        -- committed after the scan's snapshot).
+        SELECT p.owner, p.expires_at
+          INTO v_owner, v_expires_at
+          FROM lease.permits AS p
+         WHERE p.key = p_key COLLATE pg_catalog."C"
+           AND p.epoch = p_epoch;
+        v_found := FOUND;
+        EXIT WHEN NOT v_found OR NOT lease._is_live(v_owner, v_expires_at, pg_catalog.clock_timestamp());
+    END LOOP;
+
+    RAISE EXCEPTION 'pg_lease: stale epoch'
+        USING ERRCODE = 'PLF01',
+              DETAIL = pg_catalog.format('key "%s": epoch %s presented, but %s',
+                  pg_catalog.replace(p_key COLLATE pg_catalog."C", '"', '""'), p_epoch,
+                  CASE WHEN v_found THEN 'the permit of that epoch lapsed'
+                       ELSE 'no permit of the counted key has that epoch now' END),
+              HINT = 'The grant of that epoch is over or never was: stop writing for it, and acquire the key again for a new epoch.';
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._fence_permit(text, bigint) FROM PUBLIC;
+
+/*
+ * lease._refuse_counted(call, keys): the batches (70-batch.sql) do not take
+ * counted keys (§13): raises 0A000 naming them.
+ */
+CREATE OR REPLACE FUNCTION lease._refuse_counted(p_call text, p_keys text[])
+    RETURNS void
+    LANGUAGE plpgsql
+    STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    v_counted text[];
+BEGIN
+    SELECT pg_catalog.array_agg(l.key::text ORDER BY l.key)
+      INTO v_counted
+      FROM lease.leases AS l
+     WHERE l.key = ANY (p_keys::text[] COLLATE pg_catalog."C")
+       AND l.permit_limit IS NOT NULL;
+    IF v_counted IS NOT NULL THEN
+        RAISE EXCEPTION 'pg_lease: % does not take counted keys', p_call
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = pg_catalog.format('Counted keys: %s.',
+                      pg_catalog.array_to_string(v_counted[1:10], ', ')
+                      || CASE WHEN pg_catalog.cardinality(v_counted) > 10
+                              THEN pg_catalog.format(' and %s more', pg_catalog.cardinality(v_counted) - 10)
+                              ELSE '' END),
+                  HINT = 'Acquire, renew and release the permits of a counted key one call at a time.';
+    END IF;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._refuse_counted(text, text[]) FROM PUBLIC;

@@ -131,7 +131,7 @@ describe('counted keys, one call at a time', () => {
       await pgError(db.pool.query(fenceCall(key, a.epoch).text, fenceCall(key, a.epoch).values)),
       key,
       a.epoch!,
-      'no permit of the counted key has that epoch now',
+      'no permit or shared grant of the key has that epoch now',
     );
     assert.equal((await renew(db.pool, key, 'a', a.epoch, '1 minute')).status, 'not_owner');
     assert.equal((await renew(db.pool, key, 'b', b.epoch, '1 minute')).status, 'ok');
@@ -219,8 +219,11 @@ describe('counted keys, one call at a time', () => {
     ] as const) {
       const error = await pgError(db.pool.query(sql, [...values] as unknown[]));
       assert.equal(error.code, '0A000', error.message);
-      assert.match(error.message, /^pg_lease: (acquire|renew|release)_many does not take counted keys$/);
-      assert.equal(error.detail, `Counted keys: ${counted}.`);
+      assert.match(
+        error.message,
+        /^pg_lease: (acquire|renew|release)_many does not take counted or shared keys$/,
+      );
+      assert.equal(error.detail, `Counted keys, or keys in their shared phase: ${counted}.`);
     }
     assert.equal(await inspect(db.pool, plain), undefined);
     assert.deepEqual(await holders(db.pool, counted), [['a', p.epoch]]);
@@ -472,10 +475,12 @@ describe('randomized history of permits', () => {
     const planted = await createTestDatabase();
     try {
       const { rows } = await planted.pool.query(
-        `SELECT pg_get_functiondef('lease._acquire_permit(text, text, interval)'::regprocedure) AS def`,
+        `SELECT pg_get_functiondef('lease._acquire_permit(text, text, interval, boolean)'::regprocedure) AS def`,
       );
       const def = rows[0].def as string;
-      const broken = def.replaceAll('v_count >= v_limit', 'v_count > v_limit');
+      const broken = def
+        .replaceAll('v_count >= GREATEST(v_limit, 1)', 'v_count > GREATEST(v_limit, 1)')
+        .replaceAll('v_count >= COALESCE(NULLIF(v_limit, 0)', 'v_count > COALESCE(NULLIF(v_limit, 0)');
       assert.notEqual(broken, def, 'the limit check to plant the defect in');
       await planted.pool.query(broken);
       const seed = Date.now() >>> 0;

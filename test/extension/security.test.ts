@@ -28,6 +28,8 @@ const API = [
   // 0.3.0, §13.
   'lease.set_limit(text,integer)',
   'lease.holders(text)',
+  // 0.3.0, §13 shared and exclusive.
+  'lease.acquire_shared(text,text,interval,interval)',
   // Takes no argument; only the extension's owner and superusers get past its check.
   'lease.distribute()',
 ];

@@ -81,7 +81,7 @@ BEGIN
         IF p_wait <> interval '0' THEN
             RETURN QUERY
                 SELECT w.acquired, w.epoch, w.expires_at
-                  FROM lease._acquire_wait(p_key, p_owner, p_ttl, p_wait) AS w;
+                  FROM lease._acquire_wait(p_key, p_owner, p_ttl, p_wait, false) AS w;
             RETURN;
         END IF;
     END IF;
@@ -127,10 +127,11 @@ BEGIN
          WHERE l.key = p_key COLLATE pg_catalog."C";
 
         IF v_limit IS NOT NULL THEN
-            -- A counted key (§13): one of its permits.
+            -- A counted key (§13): one of its permits; a key in its shared
+            -- phase: the exclusive grant once no shared grant is live.
             RETURN QUERY
                 SELECT a.acquired, a.epoch, a.expires_at
-                  FROM lease._acquire_permit(p_key, p_owner, p_ttl) AS a;
+                  FROM lease._acquire_permit(p_key, p_owner, p_ttl, false) AS a;
             RETURN;
         ELSIF NOT FOUND THEN
             -- 3. NEVER -> HELD(owner, floor + 1, now + ttl); the floor is 0

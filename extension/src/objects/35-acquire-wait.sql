@@ -59,7 +59,8 @@ CREATE OR REPLACE FUNCTION lease._acquire_wait(
     p_key   text,
     p_owner text,
     p_ttl   interval,
-    p_wait  interval)
+    p_wait  interval,
+    p_shared boolean)
     RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
     LANGUAGE plpgsql
     VOLATILE
@@ -82,6 +83,8 @@ DECLARE
     v_slept       boolean := false;
     v_locked      boolean;
     v_holder_until timestamptz;
+    v_limit       integer;
+    v_marked      boolean := false;
 BEGIN
     LOOP
         PERFORM pg_catalog.set_config(
@@ -92,9 +95,15 @@ BEGIN
             true);
         v_locked := false;
         BEGIN
-            SELECT a.acquired, a.epoch, a.expires_at
-              INTO acquired, epoch, expires_at
-              FROM lease.acquire(p_key, p_owner, p_ttl, interval '0') AS a;
+            IF p_shared THEN
+                SELECT a.acquired, a.epoch, a.expires_at
+                  INTO acquired, epoch, expires_at
+                  FROM lease.acquire_shared(p_key, p_owner, p_ttl, interval '0') AS a;
+            ELSE
+                SELECT a.acquired, a.epoch, a.expires_at
+                  INTO acquired, epoch, expires_at
+                  FROM lease.acquire(p_key, p_owner, p_ttl, interval '0') AS a;
+            END IF;
         EXCEPTION
             WHEN lock_not_available THEN
                 acquired := false;
@@ -126,10 +135,17 @@ BEGIN
             SELECT COALESCE(l.expires_at,
                             (SELECT pg_catalog.min(p.expires_at) FROM lease.permits AS p
                               WHERE p.key = p_key COLLATE pg_catalog."C"
-                                AND p.expires_at > v_now))
-              INTO v_holder_until
+                                AND p.expires_at > v_now)),
+                   l.permit_limit
+              INTO v_holder_until, v_limit
               FROM lease.leases AS l
              WHERE l.key = p_key COLLATE pg_catalog."C";
+            -- An exclusive acquirer denied by shared grants marks the key
+            -- until its transaction ends: no new shared grant meanwhile
+            -- (the no-starvation rule, 45-permits.sql, §13).
+            IF NOT p_shared AND v_limit = 0 AND NOT v_marked THEN
+                v_marked := lease._mark_exclusive_wait(p_key);
+            END IF;
         END IF;
 
         IF v_probe AND v_now >= v_next_probe THEN
@@ -162,4 +178,4 @@ BEGIN
 END;
 $function$;
 
-REVOKE ALL ON FUNCTION lease._acquire_wait(text, text, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._acquire_wait(text, text, interval, interval, boolean) FROM PUBLIC;

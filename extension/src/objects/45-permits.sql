@@ -44,22 +44,35 @@ COMMENT ON TABLE lease.permits IS
     'pg_lease internal state: one row per permit of a counted key; use the lease.* functions, never this table';
 
 /*
- * lease._acquire_permit(key, owner, ttl): lease.acquire on a counted key
- * (§13), after acquire has checked the input and the transaction.
+ * lease._acquire_permit(key, owner, ttl, shared): a grant on a key that has
+ * permits (§13), after the caller has checked the input and the transaction.
+ * Three grants share this one body, so that each rule is written once:
  *
- *   1. The caller's own live permit comes back unchanged (I4), with the
- *      same confirmation as an exclusive grant under REPEATABLE READ,
- *      SERIALIZABLE or synchronous standbys (30-acquire.sql, step 2).
- *   2. A look without a lock: limit or more live permits deny at once, so
- *      a denial takes no lock and writes nothing.
+ *   shared false, counted key (permit_limit >= 1): one of its permits
+ *     (lease.acquire);
+ *   shared false, key in its shared phase (permit_limit 0): the exclusive
+ *     grant, once no shared grant is live (lease.acquire);
+ *   shared true: a shared grant (lease.acquire_shared), on a key never
+ *     granted, an exclusive key whose grant is not live (which enters its
+ *     shared phase), or a key in its shared phase; refused (0A000) on a
+ *     counted key; denied while an exclusive acquirer waits
+ *     (lease._exclusive_waits).
+ *
+ *   1. The caller's own live permit or shared grant comes back unchanged
+ *      (I4) when it is of the kind asked for, with the same confirmation
+ *      as an exclusive grant under REPEATABLE READ, SERIALIZABLE or
+ *      synchronous standbys (30-acquire.sql, step 2).
+ *   2. A look without a lock: a full key, or a live grant of the other
+ *      mode, denies at once, so a denial takes no lock and writes nothing.
  *   3. Under the key's row lock, in a subtransaction rolled back (PLL01)
  *      unless it grants: the count (see above), then the key's next epoch
- *      and the permit's row.
+ *      and the permit's row (or, for the exclusive grant, the key's row).
  */
 CREATE OR REPLACE FUNCTION lease._acquire_permit(
-    p_key   text,
-    p_owner text,
-    p_ttl   interval)
+    p_key    text,
+    p_owner  text,
+    p_ttl    interval,
+    p_shared boolean)
     RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
     LANGUAGE plpgsql
     VOLATILE
@@ -69,21 +82,40 @@ CREATE OR REPLACE FUNCTION lease._acquire_permit(
 AS $function$
 DECLARE
     v_now        timestamptz;
+    v_found      boolean;
     v_limit      integer;
+    v_holder     text;
+    v_held_until timestamptz;
     v_count      integer;
     v_epoch      bigint;
+    v_first      bigint;
     v_expires_at timestamptz;
     v_confirmed  boolean;
     v_rounds     integer := 0;
 BEGIN
     LOOP
         v_rounds := v_rounds + 1;
-        -- 1. The caller's own permit.
-        SELECT p.epoch, p.expires_at
-          INTO v_epoch, v_expires_at
-          FROM lease.permits AS p
-         WHERE p.key = p_key COLLATE pg_catalog."C"
-           AND p.owner = p_owner COLLATE pg_catalog."C";
+        SELECT l.permit_limit, l.owner, l.expires_at
+          INTO v_limit, v_holder, v_held_until
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C";
+        v_found := FOUND;
+        IF p_shared AND v_limit > 0 THEN
+            RAISE EXCEPTION 'pg_lease: key "%" is a counted key', p_key COLLATE pg_catalog."C"
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = 'A counted key takes no shared grants.',
+                      HINT = 'Acquire one of its permits with lease.acquire, or make it exclusive with lease.set_limit(key, NULL).';
+        END IF;
+
+        -- 1. The caller's own grant, when it is of the kind asked for.
+        v_expires_at := NULL;
+        IF v_limit > 0 OR (p_shared AND v_limit = 0) THEN
+            SELECT p.epoch, p.expires_at
+              INTO v_epoch, v_expires_at
+              FROM lease.permits AS p
+             WHERE p.key = p_key COLLATE pg_catalog."C"
+               AND p.owner = p_owner COLLATE pg_catalog."C";
+        END IF;
         IF lease._is_live(p_owner, v_expires_at, pg_catalog.clock_timestamp()) THEN
             v_confirmed := NULL;
             IF pg_catalog.current_setting('synchronous_standby_names') <> '' THEN
@@ -125,28 +157,61 @@ BEGIN
             END IF;
         END IF;
 
-        -- 2. A look without a lock.  A key no longer counted (lease.set_limit
-        -- meanwhile) is denied: the caller asks again.
-        SELECT l.permit_limit,
-               (SELECT pg_catalog.count(*)
-                  FROM lease.permits AS p
-                 WHERE p.key = p_key COLLATE pg_catalog."C"
-                   AND lease._is_live(p.owner, p.expires_at, pg_catalog.clock_timestamp()))
-          INTO v_limit, v_count
-          FROM lease.leases AS l
-         WHERE l.key = p_key COLLATE pg_catalog."C";
-        EXIT WHEN v_limit IS NULL OR v_count >= v_limit;
+        -- 2. A look without a lock.  An exclusive acquire on a key that no
+        -- longer has permits (lease.set_limit meanwhile) is denied: the
+        -- caller asks again.
+        v_count := (SELECT pg_catalog.count(*)
+                      FROM lease.permits AS p
+                     WHERE p.key = p_key COLLATE pg_catalog."C"
+                       AND lease._is_live(p.owner, p.expires_at, pg_catalog.clock_timestamp()));
+        IF p_shared THEN
+            EXIT WHEN v_found AND v_limit IS NULL
+                      AND lease._is_live(v_holder, v_held_until, pg_catalog.clock_timestamp());
+            EXIT WHEN v_count >= lease._max_permits();
+        ELSE
+            EXIT WHEN v_limit IS NULL OR v_count >= GREATEST(v_limit, 1);
+        END IF;
+
+        IF NOT v_found THEN
+            -- A shared grant of a key never granted: its row first, free and
+            -- in its shared phase, with the epoch a first grant would have
+            -- had (as lease.set_limit makes a counted key's row).
+            v_now := pg_catalog.clock_timestamp();
+            SELECT lease._next_epoch(f.epoch) INTO v_first FROM lease.epoch_floor AS f;
+            INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, released_at, permit_limit)
+            VALUES (p_key, NULL, v_first, NULL, v_now, 0)
+            ON CONFLICT (key) DO NOTHING;
+            IF FOUND THEN
+                PERFORM lease._first_grant_epoch(p_key, v_first);
+            END IF;
+            -- Made here or by a concurrent first grant: look again.
+            CONTINUE WHEN v_rounds <= 2;
+            EXIT;
+        END IF;
 
         -- 3. The grant, under the key's row lock.
         BEGIN
-            SELECT l.permit_limit INTO v_limit
+            SELECT l.permit_limit, l.owner, l.expires_at
+              INTO v_limit, v_holder, v_held_until
               FROM lease.leases AS l
              WHERE l.key = p_key COLLATE pg_catalog."C"
                FOR NO KEY UPDATE;
-            IF v_limit IS NULL THEN
+            -- lease.purge deleted the row meanwhile: look again.
+            IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'PLL01';
             END IF;
             v_now := pg_catalog.clock_timestamp();
+            IF p_shared THEN
+                -- A live exclusive grant (§13 shared and exclusive), a key
+                -- made counted meanwhile, or a waiting exclusive acquirer
+                -- (the no-starvation rule): denied.
+                IF v_limit > 0 OR lease._is_live(v_holder, v_held_until, v_now)
+                   OR lease._exclusive_waits(p_key) THEN
+                    RAISE EXCEPTION USING ERRCODE = 'PLL01';
+                END IF;
+            ELSIF v_limit IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'PLL01';
+            END IF;
             DELETE FROM lease.permits AS p
              WHERE p.key = p_key COLLATE pg_catalog."C"
                AND NOT lease._is_live(p.owner, p.expires_at, v_now);
@@ -155,13 +220,43 @@ BEGIN
               INTO v_count, v_epoch
               FROM lease.permits AS p
              WHERE p.key = p_key COLLATE pg_catalog."C";
+
+            IF NOT p_shared AND v_limit = 0 THEN
+                -- The exclusive grant of a key in its shared phase: only
+                -- once no shared grant is live (the caller's own neither:
+                -- a shared grant is not upgraded).  The key is exclusive
+                -- again from here.
+                IF v_count > 0 THEN
+                    RAISE EXCEPTION USING ERRCODE = 'PLL01';
+                END IF;
+                UPDATE lease.leases AS l
+                   SET owner = p_owner,
+                       epoch = lease._next_epoch(l.epoch),
+                       expires_at = v_now + p_ttl,
+                       watched_until = NULL,
+                       permit_limit = NULL
+                 WHERE l.key = p_key COLLATE pg_catalog."C"
+                RETURNING true, l.epoch, l.expires_at INTO acquired, epoch, expires_at;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+
             -- Full, or the caller's own permit appeared meanwhile (step 1
-            -- then returns it): nothing granted, nothing kept.
-            IF v_count >= v_limit OR v_epoch > 0 THEN
+            -- then returns it): nothing granted, nothing kept.  A shared
+            -- phase admits up to lease._max_permits() shared grants.
+            IF v_count >= COALESCE(NULLIF(v_limit, 0), lease._max_permits()) OR v_epoch > 0 THEN
                 RAISE EXCEPTION USING ERRCODE = 'PLL01';
             END IF;
+            -- A shared grant of an exclusive key whose grant is not live
+            -- starts its shared phase: the lapsed grant no longer names
+            -- the key (as lease.set_limit makes a key counted).
             UPDATE lease.leases AS l
-               SET epoch = lease._next_epoch(l.epoch)
+               SET epoch = lease._next_epoch(l.epoch),
+                   permit_limit = COALESCE(l.permit_limit, 0),
+                   owner = NULL,
+                   expires_at = NULL,
+                   released_at = CASE WHEN l.permit_limit IS NULL AND l.owner IS NOT NULL
+                                      THEN v_now ELSE l.released_at END
              WHERE l.key = p_key COLLATE pg_catalog."C"
             RETURNING l.epoch INTO v_epoch;
             INSERT INTO lease.permits AS p (key, owner, epoch, expires_at)
@@ -184,7 +279,119 @@ BEGIN
 END;
 $function$;
 
-REVOKE ALL ON FUNCTION lease._acquire_permit(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._acquire_permit(text, text, interval, boolean) FROM PUBLIC;
+
+/*
+ * The no-starvation rule (§13 shared and exclusive).  An exclusive acquirer
+ * that waits in the server (lease.acquire with wait > 0) and is denied
+ * while the key is in its shared phase takes a transaction-level advisory
+ * lock in share mode on (lease._waiter_class(), hashtext(key)), kept until
+ * its transaction ends.  A shared grant is made only when it can take that
+ * lock in exclusive mode, for an instant, under the key's row lock, so no
+ * new shared grant is made while an exclusive acquirer waits; the shared
+ * holders there are lapse or release, and the waiter takes the key.
+ *
+ * The mark is a lock rather than a row because the waiter's writes are not
+ * seen by anybody before its transaction ends, and a written row would stay
+ * locked for all of the wait.  A lock is fresh exactly as long as the
+ * waiter's transaction: a waiter that gives up, fails or dies leaves no mark
+ * behind.  Two keys whose hashes collide, or a user's advisory lock on the
+ * same pair, only deny shared grants more often, never grant more.
+ */
+CREATE OR REPLACE FUNCTION lease._waiter_class()
+    RETURNS integer
+    LANGUAGE sql
+    IMMUTABLE PARALLEL SAFE
+RETURN 1885826149; -- 'pgle' in ASCII
+
+REVOKE ALL ON FUNCTION lease._waiter_class() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION lease._exclusive_waits(p_key text)
+    RETURNS boolean
+    LANGUAGE plpgsql
+    VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    v_hash CONSTANT integer := pg_catalog.hashtext(p_key COLLATE pg_catalog."C");
+BEGIN
+    -- A session-level lock, given back at once: a transaction-level one
+    -- would stay until the grant's transaction ends and keep a waiter from
+    -- marking the key meanwhile.
+    IF pg_catalog.pg_try_advisory_lock(lease._waiter_class(), v_hash) THEN
+        PERFORM pg_catalog.pg_advisory_unlock(lease._waiter_class(), v_hash);
+        RETURN false;
+    END IF;
+    RETURN true;
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._exclusive_waits(text) FROM PUBLIC;
+
+/*
+ * lease._mark_exclusive_wait(key): the waiter's side of the rule above;
+ * true once the mark is held.  Share mode, so that many exclusive
+ * acquirers may wait for one key.
+ */
+CREATE OR REPLACE FUNCTION lease._mark_exclusive_wait(p_key text)
+    RETURNS boolean
+    LANGUAGE sql
+    VOLATILE
+RETURN pg_catalog.pg_try_advisory_xact_lock_shared(
+    lease._waiter_class(), pg_catalog.hashtext(p_key COLLATE pg_catalog."C"));
+
+REVOKE ALL ON FUNCTION lease._mark_exclusive_wait(text) FROM PUBLIC;
+
+/*
+ * lease.acquire_shared(key, owner, ttl, wait) (§13 shared and exclusive):
+ * a shared grant of key to owner until server time + ttl.  Many owners may
+ * hold a key shared at once, never beside an exclusive grant.  Each shared
+ * grant is a row of lease.permits with its own expiry and epoch, renewed,
+ * released and fenced through lease.renew, lease.release and lease.fence.
+ * A name of its own, not a mode argument of lease.acquire: a second
+ * signature of acquire would make calls with unknown-typed literals
+ * ambiguous.  wait > 0 waits as acquire does (lease._acquire_wait).
+ */
+CREATE OR REPLACE FUNCTION lease.acquire_shared(
+    p_key   text,
+    p_owner text,
+    p_ttl   interval,
+    p_wait  interval DEFAULT interval '0')
+    RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1
+AS $function$
+BEGIN
+    IF (lease._is_plain_text(p_key) AND lease._is_plain_text(p_owner) AND lease._is_plain_ttl(p_ttl)
+        AND lease._is_plain_zero(p_wait) AND lease._is_plain_session()
+        AND NOT lease._owners_bound()) IS NOT TRUE THEN
+        PERFORM lease._validate('acquire', ARRAY[p_key], p_owner, p_ttl => p_ttl, p_wait => p_wait);
+        PERFORM lease._begin_write('acquire_shared');
+        PERFORM lease._act_for(p_owner);
+    END IF;
+    IF lease._is_distributed() THEN
+        RAISE EXCEPTION 'pg_lease: shared grants are not available on Citus'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Use exclusive keys on a distributed pg_lease.';
+    END IF;
+    IF p_wait <> interval '0' THEN
+        RETURN QUERY
+            SELECT w.acquired, w.epoch, w.expires_at
+              FROM lease._acquire_wait(p_key, p_owner, p_ttl, p_wait, true) AS w;
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT a.acquired, a.epoch, a.expires_at
+          FROM lease._acquire_permit(p_key, p_owner, p_ttl, true) AS a;
+END;
+$function$;
+
+COMMENT ON FUNCTION lease.acquire_shared(text, text, interval, interval) IS
+    'acquire_shared(key, owner, ttl, p_wait => 0): a shared grant of key to owner until server time + ttl, beside other shared holders, never beside an exclusive one; '
+    'returns (acquired, epoch, expires_at); denied while an exclusive acquirer waits (acquire with wait > 0); 0A000 on a counted key; renew, release and fence it as an exclusive grant';
 
 /*
  * lease.set_limit(key, limit) (§13): make key a counted key of limit
@@ -292,6 +499,14 @@ BEGIN
       FROM lease.permits AS p
      WHERE p.key = p_key COLLATE pg_catalog."C"
        AND lease._is_live(p.owner, p.expires_at, v_now);
+    IF v_limit = 0 AND p_limit IS NOT NULL AND holders > 0 THEN
+        -- A key in its shared phase becomes counted only with no shared
+        -- grant live: a shared grant is not a permit.
+        RAISE EXCEPTION 'pg_lease: key "%" has live shared grants', p_key COLLATE pg_catalog."C"
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = pg_catalog.format('%s shared grants are live.', holders),
+                  HINT = 'Set a limit once every shared grant has been released or has lapsed.';
+    END IF;
     IF p_limit IS NULL AND holders > 0 THEN
         RAISE EXCEPTION 'pg_lease: key "%" still has live permits', p_key COLLATE pg_catalog."C"
             USING ERRCODE = 'object_in_use',
@@ -326,7 +541,7 @@ $function$;
 
 COMMENT ON FUNCTION lease.set_limit(text, integer) IS
     'set_limit(key, limit): make key a counted key of limit permits (1 to 1000), change its limit, or with limit NULL make it exclusive again; '
-    'returns (permit_limit, holders); live permits are kept when the limit shrinks; 55006 while an exclusive grant, or (for NULL) a permit, is live';
+    'returns (permit_limit, holders); live permits are kept when the limit shrinks; 55006 while an exclusive grant, a shared grant, or (for NULL) a permit, is live';
 
 /*
  * lease._held_until(key, owner, expires_at, limit, at): until when a key
@@ -457,7 +672,7 @@ BEGIN
               DETAIL = pg_catalog.format('key "%s": epoch %s presented, but %s',
                   pg_catalog.replace(p_key COLLATE pg_catalog."C", '"', '""'), p_epoch,
                   CASE WHEN v_found THEN 'the permit of that epoch lapsed'
-                       ELSE 'no permit of the counted key has that epoch now' END),
+                       ELSE 'no permit or shared grant of the key has that epoch now' END),
               HINT = 'The grant of that epoch is over or never was: stop writing for it, and acquire the key again for a new epoch.';
 END;
 $function$;
@@ -483,14 +698,14 @@ BEGIN
      WHERE l.key = ANY (p_keys::text[] COLLATE pg_catalog."C")
        AND l.permit_limit IS NOT NULL;
     IF v_counted IS NOT NULL THEN
-        RAISE EXCEPTION 'pg_lease: % does not take counted keys', p_call
+        RAISE EXCEPTION 'pg_lease: % does not take counted or shared keys', p_call
             USING ERRCODE = 'feature_not_supported',
-                  DETAIL = pg_catalog.format('Counted keys: %s.',
+                  DETAIL = pg_catalog.format('Counted keys, or keys in their shared phase: %s.',
                       pg_catalog.array_to_string(v_counted[1:10], ', ')
                       || CASE WHEN pg_catalog.cardinality(v_counted) > 10
                               THEN pg_catalog.format(' and %s more', pg_catalog.cardinality(v_counted) - 10)
                               ELSE '' END),
-                  HINT = 'Acquire, renew and release the permits of a counted key one call at a time.';
+                  HINT = 'Acquire, renew and release the permits and shared grants of such a key one call at a time.';
     END IF;
 END;
 $function$;

@@ -4,7 +4,9 @@
  * row learns its limit (permit_limit, NULL for every key there is, so
  * adding it rewrites no row), and their permits get a table of their own,
  * exactly as install.sql creates both.  The definitions that follow
- * replace every function; no signature changes, so nothing is dropped.
+ * replace every function.  One signature changes: lease._acquire_wait
+ * learns whether it waits for a shared grant (lease.acquire_shared), so the
+ * old one is dropped first.
  */
 ALTER TABLE lease.leases ADD COLUMN permit_limit integer;
 
@@ -15,3 +17,5 @@ CREATE TABLE lease.permits (
     expires_at  timestamptz NOT NULL,
     CONSTRAINT permits_pkey PRIMARY KEY (key, owner)
 ) WITH (fillfactor = 70);
+
+DROP FUNCTION IF EXISTS lease._acquire_wait(text, text, interval, interval);

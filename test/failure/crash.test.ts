@@ -121,6 +121,62 @@ describe('crash', () => {
     assert.equal((await acquire(db, key, 'worker-d', '60 seconds')).acquired, false);
   });
 
+  test('shared grants survive kill -9 like exclusive grants: committed ones stand (also under synchronous_commit = off), an uncommitted one is gone, a waiting exclusive acquirer leaves no mark', async () => {
+    await reconnect();
+    const key = 'crash/shared';
+    await db.query('SET synchronous_commit = off');
+    const shared = async (q: pg.Client, owner: string) => {
+      const { rows } = await q.query(
+        `SELECT acquired, epoch::text AS epoch, ${micros('expires_at')} AS e
+           FROM lease.acquire_shared($1, $2, '60 seconds')`,
+        [key, owner],
+      );
+      const row = rows[0] as { acquired: boolean; epoch: string | null; e: string | null };
+      return {
+        acquired: row.acquired,
+        epoch: row.epoch === null ? null : BigInt(row.epoch),
+        expiresAt: row.e,
+      };
+    };
+    const a = await shared(db, 'worker-a');
+    const renewed = await renew(db, key, 'worker-a', a.epoch!, '90 seconds');
+    assert.equal(renewed.status, 'ok');
+    const b = await shared(db, 'worker-b');
+    const open = await connect(url);
+    const waiter = await connect(url);
+    await open.query('BEGIN');
+    assert.equal((await shared(open, 'worker-c')).acquired, true);
+    const waiterPid = await backendPid(waiter);
+    const waiting = waiter
+      .query(`SELECT acquired FROM lease.acquire($1, 'worker-x', '60 seconds', '60 seconds')`, [
+        key,
+      ])
+      .catch(() => undefined);
+    await waitUntilWaiting(db, waiterPid);
+    const { rows: marks } = await db.query(
+      `SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'`,
+      [waiterPid],
+    );
+    assert.equal(marks[0].n, 1, 'the waiting exclusive acquirer marked the key');
+    await crashAndRecover();
+    await disconnect(open);
+    await disconnect(waiter);
+    await waiting;
+
+    const { rows } = await db.query(
+      `SELECT owner, epoch::text, ${micros('expires_at')}::text AS e FROM lease.holders($1)`,
+      [key],
+    );
+    assert.deepEqual(rows, [
+      { owner: 'worker-a', epoch: String(a.epoch), e: String(renewed.expiresAt) },
+      { owner: 'worker-b', epoch: String(b.epoch), e: b.expiresAt },
+    ]);
+    assert.equal((await acquire(db, key, 'worker-x', '60 seconds')).acquired, false);
+    const d = await shared(db, 'worker-d');
+    assert.equal(d.acquired, true, 'no mark of the crashed waiter is left');
+    assert.ok(d.epoch! > b.epoch!);
+  });
+
   test('an acquire whose transaction had not committed at the crash is gone after recovery', async () => {
     await reconnect();
     const freed = await acquire(db, 'crash/uncommitted/free', 'worker-a', '60 seconds');

@@ -287,9 +287,11 @@ REVOKE ALL ON FUNCTION lease._acquire_permit(text, text, interval, boolean) FROM
  * while the key is in its shared phase takes a transaction-level advisory
  * lock in share mode on (lease._waiter_class(), hashtext(key)), kept until
  * its transaction ends.  A shared grant is made only when it can take that
- * lock in exclusive mode, for an instant, under the key's row lock, so no
- * new shared grant is made while an exclusive acquirer waits; the shared
- * holders there are lapse or release, and the waiter takes the key.
+ * lock in exclusive mode, under the key's row lock, so no new shared grant
+ * is made while an exclusive acquirer waits; the shared grants already
+ * live lapse or are released, and the waiter takes the key.  A waiter that
+ * finds the lock taken by a shared grant's open transaction marks at its
+ * next poll.
  *
  * The mark is a lock rather than a row because the waiter's writes are not
  * seen by anybody before its transaction ends, and a written row would stay
@@ -306,25 +308,20 @@ RETURN 1885826149; -- 'pgle' in ASCII
 
 REVOKE ALL ON FUNCTION lease._waiter_class() FROM PUBLIC;
 
+/*
+ * lease._exclusive_waits(key): the shared grant's side.  Transaction-level,
+ * like the key's row lock the shared grant holds anyway until its
+ * transaction ends (or its subtransaction rolls back): a session-level lock
+ * given back at once could be left behind by a cancel between taking and
+ * giving it back, and would then hold off every shared grant of the key for
+ * the rest of the session.
+ */
 CREATE OR REPLACE FUNCTION lease._exclusive_waits(p_key text)
     RETURNS boolean
-    LANGUAGE plpgsql
+    LANGUAGE sql
     VOLATILE
-    SET search_path = pg_catalog, pg_temp
-AS $function$
-DECLARE
-    v_hash CONSTANT integer := pg_catalog.hashtext(p_key COLLATE pg_catalog."C");
-BEGIN
-    -- A session-level lock, given back at once: a transaction-level one
-    -- would stay until the grant's transaction ends and keep a waiter from
-    -- marking the key meanwhile.
-    IF pg_catalog.pg_try_advisory_lock(lease._waiter_class(), v_hash) THEN
-        PERFORM pg_catalog.pg_advisory_unlock(lease._waiter_class(), v_hash);
-        RETURN false;
-    END IF;
-    RETURN true;
-END;
-$function$;
+RETURN NOT pg_catalog.pg_try_advisory_xact_lock(
+    lease._waiter_class(), pg_catalog.hashtext(p_key COLLATE pg_catalog."C"));
 
 REVOKE ALL ON FUNCTION lease._exclusive_waits(text) FROM PUBLIC;
 

@@ -171,6 +171,41 @@ describe('owners bound to roles', { concurrency: false }, () => {
     }
   });
 
+  test('when on, a shared grant (§13) is made, renewed and released only for an owner the caller may act for', async () => {
+    const key = uniqueKey('bound-shared');
+    await bound(true);
+    try {
+      const granted = await asAlice.query(
+        `SELECT acquired, epoch::text FROM lease.acquire_shared($1, $2, '1 min')`,
+        [key, alice.name],
+      );
+      assert.equal(granted.rows[0].acquired, true);
+      const epoch = granted.rows[0].epoch as string;
+      const taken = await pgError(
+        asBob.query(`SELECT lease.acquire_shared($1, $2, '1 min')`, [key, `${alice.name}/x`]),
+      );
+      assert.equal(taken.code, '42501');
+      for (const sql of [
+        `SELECT lease.renew($1, $2, $3, '1 min')`,
+        `SELECT lease.release($1, $2, $3)`,
+      ]) {
+        assert.equal((await pgError(asBob.query(sql, [key, alice.name, epoch]))).code, '42501');
+      }
+      assert.equal(
+        (await pgError(asBob.query('SELECT lease.fence($1, $2)', [key, epoch]))).code,
+        '42501',
+      );
+      const released = await asAlice.query(`SELECT status FROM lease.release($1, $2, $3)`, [
+        key,
+        alice.name,
+        epoch,
+      ]);
+      assert.equal(released.rows[0].status, 'ok');
+    } finally {
+      await bound(false);
+    }
+  });
+
   test('turned off again, the binding no longer applies', async () => {
     await bound(true);
     await bound(false);

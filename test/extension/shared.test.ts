@@ -171,6 +171,19 @@ describe('shared and exclusive, one call at a time', () => {
     assert.equal((await acquire(db.pool, key, 'w', '1 minute')).acquired, true);
   });
 
+  test('acquire_shared with wait > 0 waits out an exclusive grant and is granted at its lapse; it times out with 57014 like acquire', async () => {
+    const key = uniqueKey('shared-wait');
+    const w = await acquire(db.pool, key, 'w', '300 milliseconds');
+    const a = await shared(db.pool, key, 'a', '1 minute', '10 seconds');
+    assert.equal(a.acquired, true);
+    assert.ok(a.epoch! > w.epoch!);
+    const held = uniqueKey('shared-wait-held');
+    assert.equal((await acquire(db.pool, held, 'w', '1 minute')).acquired, true);
+    const error = await pgError(shared(db.pool, held, 'b', '1 minute', '200 milliseconds'));
+    assert.equal(error.code, '57014');
+    assert.equal(error.message, 'pg_lease: acquire timed out');
+  });
+
   test('no upgrade: a shared holder that asks for the key exclusively is denied, its grant untouched', async () => {
     const key = uniqueKey('shared-upgrade');
     const a = await shared(db.pool, key, 'a', '1 minute');

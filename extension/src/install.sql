@@ -49,8 +49,10 @@ CREATE TABLE lease.leases (
     -- (objects/37-watch.sql).
     watched_until timestamptz,
     -- A counted key's limit (0.3.0, §13): how many permits may hold it at
-    -- once; NULL for an exclusive key.  Set by lease.set_limit only.  Added
-    -- last, as the update from 0.2.2 adds it.
+    -- once; NULL for an exclusive key; 0 for a key in its shared phase,
+    -- whose permits are shared grants.  Set by lease.set_limit, and to 0 or
+    -- NULL by the shared and exclusive grants (objects/45-permits.sql).
+    -- Added last, as the update from 0.2.2 adds it.
     permit_limit integer,
     CONSTRAINT leases_pkey PRIMARY KEY (key)
 ) WITH (fillfactor = 70);

@@ -1,7 +1,8 @@
 /*
  * Counted keys (0.3.0, §13): lease.set_limit, the grant of a permit,
  * lease.holders, and what inspect, watch, list and fence read of a counted
- * key.
+ * key.  Shared grants (lease.acquire_shared) are permits of a key in its
+ * shared phase (permit_limit 0): everything below holds for them too.
  *
  * A counted key is a row of lease.leases with permit_limit set; its owner
  * and expires_at stay NULL, and its epoch is the key's one epoch counter:
@@ -41,7 +42,7 @@ ALTER TABLE lease.permits ENABLE ALWAYS TRIGGER permits_durable_commit;
 REVOKE ALL ON TABLE lease.permits FROM PUBLIC;
 
 COMMENT ON TABLE lease.permits IS
-    'pg_lease internal state: one row per permit of a counted key; use the lease.* functions, never this table';
+    'pg_lease internal state: one row per permit of a counted key or shared grant of a key; use the lease.* functions, never this table';
 
 /*
  * lease._acquire_permit(key, owner, ttl, shared): a grant on a key that has

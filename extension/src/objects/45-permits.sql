@@ -286,13 +286,15 @@ REVOKE ALL ON FUNCTION lease._acquire_permit(text, text, interval, boolean) FROM
  * The no-starvation rule (§13 shared and exclusive).  An exclusive acquirer
  * that waits in the server (lease.acquire with wait > 0) and is denied
  * while the key is in its shared phase takes a transaction-level advisory
- * lock in share mode on (lease._waiter_class(), hashtext(key)), kept until
- * its transaction ends.  A shared grant is made only when it can take that
- * lock in exclusive mode, under the key's row lock, so no new shared grant
+ * lock in exclusive mode on (lease._waiter_class(), hashtext(key)), kept
+ * until its transaction ends.  A shared grant is made only when it can take
+ * that lock in share mode, under the key's row lock, so no new shared grant
  * is made while an exclusive acquirer waits; the shared grants already
- * live lapse or are released, and the waiter takes the key.  A waiter that
- * finds the lock taken by a shared grant's open transaction marks at its
- * next poll.
+ * live lapse or are released, and the waiter takes the key.  Shared grants
+ * hold the share lock till their transactions end and never deny each
+ * other; a waiter that finds one still open marks at its next poll, and a
+ * second waiter finds the first one's mark, which already holds readers
+ * off.
  *
  * The mark is a lock rather than a row because the waiter's writes are not
  * seen by anybody before its transaction ends, and a written row would stay
@@ -321,21 +323,21 @@ CREATE OR REPLACE FUNCTION lease._exclusive_waits(p_key text)
     RETURNS boolean
     LANGUAGE sql
     VOLATILE
-RETURN NOT pg_catalog.pg_try_advisory_xact_lock(
+RETURN NOT pg_catalog.pg_try_advisory_xact_lock_shared(
     lease._waiter_class(), pg_catalog.hashtext(p_key COLLATE pg_catalog."C"));
 
 REVOKE ALL ON FUNCTION lease._exclusive_waits(text) FROM PUBLIC;
 
 /*
  * lease._mark_exclusive_wait(key): the waiter's side of the rule above;
- * true once the mark is held.  Share mode, so that many exclusive
- * acquirers may wait for one key.
+ * true once the mark is held.  Exclusive mode, so that shared grants,
+ * which take it in share mode, do not deny one another.
  */
 CREATE OR REPLACE FUNCTION lease._mark_exclusive_wait(p_key text)
     RETURNS boolean
     LANGUAGE sql
     VOLATILE
-RETURN pg_catalog.pg_try_advisory_xact_lock_shared(
+RETURN pg_catalog.pg_try_advisory_xact_lock(
     lease._waiter_class(), pg_catalog.hashtext(p_key COLLATE pg_catalog."C"));
 
 REVOKE ALL ON FUNCTION lease._mark_exclusive_wait(text) FROM PUBLIC;

@@ -2,7 +2,7 @@
  * The keep-alive scheduler, one per LeaseClient, for one handle and for a million alike: every
  * live handle with keepAlive is renewed by one shared schedule instead of a timer of its own,
  * and the renewals due at one tick go out as one lease.renew_many statement per owner and ttl
- * (see Coalescer in coalescer.ts), or as the single call for one handle. That statement skips
+ * (see Coalescer in sql/coalescer.ts), or as the single call for one handle. That statement skips
  * a key whose row another transaction holds locked (a fenced transaction, say) and the key is
  * renewed alone (renewManySkippingLocked in sql/calls.ts): a locked row delays only its own
  * member, which then stays in flight (see Member.fire) while the others renew on.

@@ -12,32 +12,12 @@
 import { performance } from 'node:perf_hooks';
 import type { Duration } from './duration.js';
 import { LeaseError, LeaseLostError, type LostStatus } from './errors.js';
+import type { LeaseStatus, RenewCall } from './sql/calls.js';
 import { observed, publish } from './events.js';
 import { MAX_TIMER_MS, keepAliveRetryMs, type KeepAliveOptions, type Scheduler } from './keeper.js';
 import { validateInput } from './validation.js';
 
-/**
- * The answer of `lease.renew` and `lease.release`: `ok`, or why not, checked in this order:
- * `not_owner` (no grant, a free key, or another owner), `lapsed` (the caller's grant expired),
- * `epoch_mismatch` (the caller holds the key under another epoch).
- *
- * @example
- * import type { LeaseStatus } from 'pg-lease';
- * const stillMine = (status: LeaseStatus) => status === 'ok';
- */
-export type LeaseStatus = 'ok' | LostStatusFromServer;
-
-type LostStatusFromServer = Exclude<LostStatus, 'expired'>;
-
-/** One renew as sent and answered; what the handle needs to move its deadline. */
-export interface RenewCall {
-  status: LeaseStatus;
-  expiresAt: Date | null;
-  /** Monotonic time (performance.now()) just before the call was sent. */
-  sentAt: number;
-  /** Time left on the grant as the server measured it while answering, in milliseconds. */
-  remainingMs: number | null;
-}
+export type { LeaseStatus, RenewCall } from './sql/calls.js';
 
 /** The server calls a handle makes; provided by the client. @internal */
 export interface LeaseCalls {

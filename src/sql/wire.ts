@@ -9,7 +9,6 @@
  */
 import pg from 'pg';
 import { isUnconfirmedCommit, LeaseError, translateError, unconfirmedMessage } from '../errors.js';
-import { observed, publish } from '../events.js';
 import { isBrokenBy, isPool, runCancellable } from './connection.js';
 import type { Statement } from './statements.js';
 
@@ -89,14 +88,14 @@ const watchedPools = new WeakMap<pg.Pool, { clients: number; listener: (error: E
 
 /**
  * @internal Listens for errors of `pool`'s idle connections (one listener however many clients share
- * the pool) and reports them; returns the function that stops, once the last client ends.
+ * the pool) and tells `report`, the first client's (every client reports alike: one error is
+ * reported once, not once per client); returns the function that stops, once the last client
+ * ends.
  */
-export function watchPool(pool: pg.Pool): () => void {
+export function watchPool(pool: pg.Pool, report: (error: Error) => void): () => void {
   let watch = watchedPools.get(pool);
   if (!watch) {
-    const listener = (error: Error) => {
-      if (observed('connectionError')) publish('connectionError', { error, connection: 'idle' });
-    };
+    const listener = (error: Error) => report(error);
     watch = { clients: 0, listener };
     watchedPools.set(pool, watch);
     pool.on('error', listener);

@@ -1,6 +1,9 @@
 /**
- * The client: pg_lease's SQL API over node-postgres. It validates input, keeps time for
- * handles and waits between attempts; every decision about a lease is the server's.
+ * The client: pg_lease's SQL API over node-postgres, as orchestration of the layers below it.
+ * It reads options and validates input, publishes the acquire events and hands out handles;
+ * an acquire goes to wait.ts (one attempt, or a wait), which goes to the session (sql/) and
+ * makes the handle (lease.ts, the one place a grant becomes a handle), without calling back
+ * into the client. Every decision about a lease is the server's.
  */
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
@@ -30,12 +33,12 @@ import {
   type ListOptions,
   type PurgeOptions,
 } from './operations.js';
-import type { AcquiredRow, HolderState, ReleaseItem } from './sql/calls.js';
+import type { AcquiredRow, ReleaseItem } from './sql/calls.js';
 import { Session } from './sql/session.js';
 import { defaultOwner } from './owner.js';
 import { MAX_BATCH_KEYS } from './sql/statements.js';
 import { illFormedText, validateInput } from './validation.js';
-import { Waiting, type AttemptResult, type Follow, type WaitingOptions } from './wait.js';
+import { Waiting, type WaitingOptions } from './wait.js';
 
 /**
  * Where the client sends its calls: a `pg.Pool` (recommended), a dedicated `pg.Client`, or a
@@ -232,60 +235,25 @@ export class LeaseClient implements AsyncDisposable {
     });
     const { signal } = options;
     if (signal?.aborted) throw new LeaseAbortedError(key, { cause: signal.reason as unknown });
-    const attempt = (follow: Follow | undefined, attemptSignal: AbortSignal | undefined) =>
-      this.#attempt(key, owner, input.ttlMicroseconds, keepAlive, follow, attemptSignal);
     const startedAt = performance.now();
     let lease: Lease | null;
     try {
-      lease =
-        input.waitMicroseconds === 0
-          ? await this.#acquireOnce(key, signal, attempt)
-          : await this.#waiting.wait(key, input.waitMicroseconds / 1000, signal, attempt);
+      lease = await this.#waiting.acquire(
+        { key, owner, ttlMicroseconds: input.ttlMicroseconds, keepAlive, calls: this.#calls },
+        input.waitMicroseconds / 1000,
+        signal,
+      );
     } catch (error) {
-      if (error instanceof LeaseTimeoutError && observed('notAcquired'))
-        publish('notAcquired', {
-          key,
-          owner,
-          reason: 'timeout',
-          waitedMs: performance.now() - startedAt,
-        });
+      if (error instanceof LeaseTimeoutError)
+        publishNotAcquired(key, owner, 'timeout', performance.now() - startedAt);
       throw error;
     }
     if (!lease) {
-      if (observed('notAcquired'))
-        publish('notAcquired', {
-          key,
-          owner,
-          reason: 'held',
-          waitedMs: performance.now() - startedAt,
-        });
+      publishNotAcquired(key, owner, 'held', performance.now() - startedAt);
       return null;
     }
-    if (observed('acquired'))
-      publish('acquired', {
-        key,
-        owner,
-        epoch: lease.epoch,
-        expiresAt: lease.expiresAt,
-        waitedMs: performance.now() - startedAt,
-      });
+    publishAcquired(lease, performance.now() - startedAt);
     return lease;
-  }
-
-  /** One attempt (wait 0); an abort that races it gives back what it granted. */
-  async #acquireOnce(
-    key: string,
-    signal: AbortSignal | undefined,
-    attempt: (follow: undefined, signal: AbortSignal | undefined) => Promise<AttemptResult<Lease>>,
-  ): Promise<Lease | null> {
-    try {
-      const { lease } = await attempt(undefined, signal);
-      if (!(lease && signal?.aborted)) return lease;
-      await lease.release().catch(() => undefined);
-    } catch (error) {
-      if (!signal?.aborted) throw error;
-    }
-    throw new LeaseAbortedError(key, { cause: signal.reason as unknown });
   }
 
   /**
@@ -442,13 +410,7 @@ export class LeaseClient implements AsyncDisposable {
       expired.push(row.key);
       // A grant whose renewal the server refused is gone; any other may still be listed.
       if (!refused) giveBack.push({ key: row.key, owner, epoch: row.epoch! });
-      if (observed('notAcquired'))
-        publish('notAcquired', {
-          key: row.key,
-          owner,
-          reason: 'expired',
-          waitedMs: receivedAt - row.sentAt,
-        });
+      publishNotAcquired(row.key, owner, 'expired', receivedAt - row.sentAt);
       return null;
     });
     if (observed('acquireLate'))
@@ -485,28 +447,16 @@ export class LeaseClient implements AsyncDisposable {
   ): Lease | null {
     const waitedMs = performance.now() - row.sentAt;
     if (!row.acquired) {
-      if (observed('notAcquired'))
-        publish('notAcquired', { key: row.key, owner, reason: 'held', waitedMs });
+      publishNotAcquired(row.key, owner, 'held', waitedMs);
       return null;
     }
-    const answer = renewal ?? row;
-    const grant = {
-      key: row.key,
-      owner,
-      epoch: row.epoch!,
-      expiresAt: answer.expiresAt!,
-      ttlMicroseconds,
-      deadline: deadlineOf(answer),
-    };
-    if (observed('acquired'))
-      publish('acquired', {
-        key: row.key,
-        owner,
-        epoch: grant.epoch,
-        expiresAt: grant.expiresAt,
-        waitedMs,
-      });
-    return new Lease(this.#calls, grant, keepAlive);
+    const lease = new Lease(
+      this.#calls,
+      { key: row.key, owner, epoch: row.epoch!, ttlMicroseconds, confirmation: renewal ?? row },
+      keepAlive,
+    );
+    publishAcquired(lease, waitedMs);
+    return lease;
   }
 
   /**
@@ -686,45 +636,28 @@ export class LeaseClient implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.end();
   }
+}
 
-  /**
-   * One non-blocking acquire, coalesced with its company when the client coalesces and nothing
-   * can cancel it. A denied attempt with `follow` also reports the holder's state in the same
-   * statement, after marking the key for notifications (`lease.watch`) or not (`lease.inspect`).
-   */
-  async #attempt(
-    key: string,
-    owner: string,
-    ttlMicroseconds: number,
-    keepAlive: KeepAliveOptions | undefined,
-    follow: Follow | undefined,
-    signal: AbortSignal | undefined,
-  ): Promise<AttemptResult<Lease>> {
-    const row: AcquiredRow & { holder?: HolderState } = await this.#session.acquire(
-      key,
-      owner,
-      ttlMicroseconds,
-      follow,
-      signal,
-    );
-    const receivedAt = performance.now();
-    const { sentAt } = row;
-    if (!row.acquired) return { lease: null, holder: row.holder, sentAt, receivedAt };
+/** Publishes `acquired` for a handle an acquire hands out, `waitedMs` after it began. */
+function publishAcquired(lease: Lease, waitedMs: number): void {
+  if (observed('acquired'))
+    publish('acquired', {
+      key: lease.key,
+      owner: lease.owner,
+      epoch: lease.epoch,
+      expiresAt: lease.expiresAt,
+      waitedMs,
+    });
+}
 
-    const epoch = row.epoch!;
-    let deadline = deadlineOf(row);
-    // A lock wait between sending and the grant shortens that deadline by as much; after a
-    // long one, measure again from a fresh send.
-    if (receivedAt - sentAt > ttlMicroseconds / 1000 / 10)
-      deadline = Math.max(deadline, await this.#session.measureDeadline(key, owner, epoch));
-
-    const lease = new Lease(
-      this.#calls,
-      { key, owner, epoch, expiresAt: row.expiresAt!, ttlMicroseconds, deadline },
-      keepAlive,
-    );
-    return { lease, holder: undefined, sentAt, receivedAt };
-  }
+/** Publishes `notAcquired`: why an acquire (or one key of acquireMany) hands out no handle. */
+function publishNotAcquired(
+  key: string,
+  owner: string,
+  reason: 'held' | 'timeout' | 'expired',
+  waitedMs: number,
+): void {
+  if (observed('notAcquired')) publish('notAcquired', { key, owner, reason, waitedMs });
 }
 
 /** Reports an error of a connection no call ran on (an idle one, the listening one). */

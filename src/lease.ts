@@ -31,15 +31,32 @@ export interface LeaseCalls {
   ): Scheduler;
 }
 
-/** A confirmed grant, as acquire reports it. @internal */
+/**
+ * The server's word on a grant's time left: measured while it answered a statement sent at
+ * `sentAt`. @internal
+ */
+export interface Answer {
+  /** Monotonic time (performance.now()) just before the statement was sent. */
+  sentAt: number;
+  /** Time left on the grant as the server measured it while answering, in milliseconds. */
+  remainingMs: number | null;
+}
+
+/** An answer that confirms a grant (an acquire's or a renewal's): with the server's expiry. @internal */
+export interface Confirmation extends Answer {
+  expiresAt: Date | null;
+}
+
+/** A grant the server confirmed, as a handle is made of it. @internal */
 export interface Grant {
   key: string;
   owner: string;
   epoch: bigint;
-  expiresAt: Date;
   ttlMicroseconds: number;
-  /** Monotonic deadline: see the module comment. */
-  deadline: number;
+  /** The acquire's answer, or a renewal of the grant sent since (whose expiry then counts). */
+  confirmation: Confirmation;
+  /** The time left measured again from a fresh send, when the confirmation came late. */
+  measured?: Answer;
 }
 
 /**
@@ -93,15 +110,20 @@ export class Lease implements AsyncDisposable {
   /** Monotonic time the handle was made (the grant's answer), for the released event. */
   readonly #grantedAt = performance.now();
 
-  /** @internal Handles are made by {@link LeaseClient}. */
+  /**
+   * @internal The one place a grant becomes a handle, for every way of acquiring (single,
+   * waiting, coalesced, acquireMany): the handle's deadline is {@link deadlineOf} its
+   * confirmation, whichever path brought it, so that no path can count differently. Handles
+   * are made by {@link LeaseClient}.
+   */
   constructor(calls: LeaseCalls, grant: Grant, keepAlive?: KeepAliveOptions) {
     this.#calls = calls;
     this.key = grant.key;
     this.owner = grant.owner;
     this.epoch = grant.epoch;
-    this.#expiresAt = grant.expiresAt;
+    this.#expiresAt = grant.confirmation.expiresAt!;
     this.#ttlMicroseconds = grant.ttlMicroseconds;
-    this.#deadline = grant.deadline;
+    this.#deadline = deadlineOf(grant.confirmation, grant.measured);
     this.#armDeadline();
     if (keepAlive && !this.#ended) {
       const renew = () => this.#renewSerialized(undefined, true);
@@ -363,11 +385,17 @@ export class Lease implements AsyncDisposable {
 }
 
 /**
- * The monotonic deadline an acquire's or renew's answer gives (see the module comment): its
- * send plus the time the server measured left. @internal
+ * The deadline rule, for every grant and every renewal (see the module comment): the send of
+ * the statement that confirmed the grant plus the time the server measured left while
+ * answering it. Never the answer's arrival, which comes after the server's measure by a
+ * return trip or an event-loop stall, nor `expiresAt`, which would trust the client's wall
+ * clock. A second measure from a fresh send (`measured`, taken when the confirmation came late)
+ * can only move the deadline later. @internal
  */
-export function deadlineOf(answer: { sentAt: number; remainingMs: number | null }): number {
-  return answer.sentAt + (answer.remainingMs ?? 0);
+export function deadlineOf(confirmation: Confirmation, measured?: Answer): number {
+  const deadline = confirmation.sentAt + (confirmation.remainingMs ?? 0);
+  if (measured === undefined) return deadline;
+  return Math.max(deadline, measured.sentAt + (measured.remainingMs ?? 0));
 }
 
 /**

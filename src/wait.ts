@@ -1,5 +1,7 @@
 /**
- * Waiting for a key without a transaction.
+ * Acquiring below the client: one attempt, or waiting for a key without a transaction. Both
+ * send through the session (sql/) and make the handle of a grant; the client only publishes
+ * the outcome.
  *
  * A waiting acquire is a loop of non-blocking attempts, each its own short statement on a pooled
  * connection, with sleeps in between that end at the first of:
@@ -21,7 +23,8 @@
 import { performance } from 'node:perf_hooks';
 import type { Duration } from './duration.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
-import { MAX_TIMER_MS } from './keeper.js';
+import { MAX_TIMER_MS, type KeepAliveOptions } from './keeper.js';
+import { Lease, type LeaseCalls } from './lease.js';
 import type { Follow, HolderState, ObservedState } from './sql/calls.js';
 import type { Notifier } from './sql/listener.js';
 import type { Session } from './sql/session.js';
@@ -56,9 +59,9 @@ export interface WaitingOptions {
   pollInterval?: Duration;
 }
 
-/** One attempt as the client made it. @internal */
-export interface AttemptResult<L> {
-  lease: L | null;
+/** One attempt as made: the handle of its grant, or what a denied one said. */
+interface AttemptResult {
+  lease: Lease | null;
   /** Present for a denied attempt made with a `follow` request. */
   holder: HolderState | undefined;
   /** Monotonic time just before the attempt was sent. */
@@ -69,20 +72,23 @@ export interface AttemptResult<L> {
 
 export type { Follow, HolderState } from './sql/calls.js';
 
+/** One non-blocking attempt, cancelled on the server when `signal` aborts. */
+type Attempt = (
+  follow: Follow | undefined,
+  signal: AbortSignal | undefined,
+) => Promise<AttemptResult>;
+
 /** A key's state as observers get it (LeaseState in client.ts). */
 type ObservedLeaseState = ObservedState['state'];
 
-/**
- * One non-blocking attempt, cancelled on the server when `signal` aborts; without `follow` a
- * plain acquire. @internal
- */
-export type Attempt<L> = (
-  follow: Follow | undefined,
-  signal: AbortSignal,
-) => Promise<AttemptResult<L>>;
-
-interface Releasable {
-  release(): Promise<unknown>;
+/** What one acquire asks for, and what its handle is made with. @internal */
+export interface AcquireRequest {
+  key: string;
+  owner: string;
+  ttlMicroseconds: number;
+  keepAlive: KeepAliveOptions | undefined;
+  /** The calls of the handle (its client's). */
+  calls: LeaseCalls;
 }
 
 /**
@@ -110,15 +116,69 @@ export class Waiting {
   }
 
   /**
+   * Acquires the request's key: with `waitMs` 0 one attempt, resolving with the handle or
+   * `null` when another owner holds the key; else waits for it (the loop described above). Either way
+   * rejects with {@link LeaseAbortedError} when `signal` aborts, after giving back a grant that
+   * raced the abort. The whole of an acquire below the client: it goes to the server (the
+   * session) and makes the handle, and calls nothing of the client's.
+   */
+  async acquire(
+    request: AcquireRequest,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<Lease | null> {
+    const attempt = (follow: Follow | undefined, attemptSignal: AbortSignal | undefined) =>
+      this.#attempt(request, follow, attemptSignal);
+    if (waitMs > 0) return this.#wait(request.key, waitMs, signal, attempt);
+    try {
+      const { lease } = await attempt(undefined, signal);
+      if (!(lease && signal?.aborted)) return lease;
+      await lease.release().catch(() => undefined);
+    } catch (error) {
+      if (!signal?.aborted) throw error;
+    }
+    throw new LeaseAbortedError(request.key, { cause: signal.reason as unknown });
+  }
+
+  /**
+   * One non-blocking attempt, coalesced with its company when the session coalesces and
+   * nothing can cancel it; a denied one with `follow` also reports the holder's state (see
+   * {@link Session.acquire}). A grant that waited long for a row lock between the send and the
+   * answer has less time left than the server granted, counted from the send: the time left
+   * is then measured again from a fresh send, for the handle's deadline.
+   */
+  async #attempt(
+    request: AcquireRequest,
+    follow: Follow | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<AttemptResult> {
+    const { key, owner, ttlMicroseconds } = request;
+    const row = await this.#session.acquire(key, owner, ttlMicroseconds, follow, signal);
+    const receivedAt = performance.now();
+    const { sentAt } = row;
+    if (!row.acquired) return { lease: null, holder: row.holder, sentAt, receivedAt };
+    const measured =
+      receivedAt - sentAt > ttlMicroseconds / 1000 / 10
+        ? await this.#session.measureRemaining(key, owner, row.epoch!)
+        : undefined;
+    const lease = new Lease(
+      request.calls,
+      { key, owner, epoch: row.epoch!, ttlMicroseconds, confirmation: row, measured },
+      request.keepAlive,
+    );
+    return { lease, holder: undefined, sentAt, receivedAt };
+  }
+
+  /**
    * Waits for `key` until `waitMs` has passed: resolves with the lease, rejects with
    * {@link LeaseTimeoutError} at the deadline or {@link LeaseAbortedError} when `signal` aborts.
    */
-  async wait<L extends Releasable>(
+  async #wait(
     key: string,
     waitMs: number,
     signal: AbortSignal | undefined,
-    attempt: Attempt<L>,
-  ): Promise<L> {
+    attempt: Attempt,
+  ): Promise<Lease> {
     const started = performance.now();
     const deadline = started + waitMs;
     const stop = new Stop(deadline, signal);
@@ -139,13 +199,13 @@ export class Waiting {
     }
   }
 
-  async #cycle<L extends Releasable>(
+  async #cycle(
     key: string,
     deadline: number,
     waitMs: number,
     stop: Stop,
-    attempt: Attempt<L>,
-  ): Promise<L> {
+    attempt: Attempt,
+  ): Promise<Lease> {
     const subscription = this.#notifier.subscribe(key);
     // LISTEN (and, the first time, the check that notifications come back) runs while the
     // first attempt, a plain acquire, is out: a free key is granted without waiting for it.
@@ -165,7 +225,7 @@ export class Waiting {
           : listening
             ? { watchMicroseconds: Math.max(1, Math.round(watchMs * 1000)) }
             : { inspect: true };
-        let result: AttemptResult<L>;
+        let result: AttemptResult;
         try {
           result = await attempt(follow, stop.signal);
           answered = true;

@@ -151,15 +151,16 @@ export async function releaseOne(
 }
 
 /**
- * A deadline measured from a fresh send: the grant's time left per the server, if `owner`
- * still holds `epoch`. Best effort; -Infinity when it cannot tell. @internal
+ * The grant's time left measured from a fresh send, if `owner` still holds `epoch`: the send
+ * time and the server's measure, as the handle's deadline rule takes them. Best effort:
+ * `undefined` when it cannot tell. @internal
  */
-export async function measureDeadline(
+export async function measureRemaining(
   wire: Wire,
   key: string,
   owner: string,
   epoch: bigint,
-): Promise<number> {
+): Promise<{ sentAt: number; remainingMs: number } | undefined> {
   const sentAt = performance.now();
   try {
     const rows = await wire.query<{
@@ -169,11 +170,11 @@ export async function measureDeadline(
     }>(key, STATEMENTS.measureDeadline, [key]);
     const row = rows[0];
     if (row && row.owner === owner && BigInt(row.epoch) === epoch)
-      return sentAt + row.remaining_us! / 1000;
+      return { sentAt, remainingMs: row.remaining_us! / 1000 };
   } catch {
     // keep the deadline measured from the acquire
   }
-  return -Infinity;
+  return undefined;
 }
 
 /** A key's state as lease.inspect reports it; undefined for a key never granted. @internal */

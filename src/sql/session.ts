@@ -10,7 +10,7 @@ import {
   acquireMany,
   acquireOne,
   inspectOne,
-  measureDeadline,
+  measureRemaining,
   notify,
   observeState,
   releaseMany,
@@ -207,9 +207,13 @@ export class Session {
     return rows.map((row) => (row.acquired ? calls[next++] : undefined));
   }
 
-  /** See {@link measureDeadline}. */
-  measureDeadline(key: string, owner: string, epoch: bigint): Promise<number> {
-    return measureDeadline(this.#wire, key, owner, epoch);
+  /** See {@link measureRemaining}. */
+  measureRemaining(
+    key: string,
+    owner: string,
+    epoch: bigint,
+  ): Promise<{ sentAt: number; remainingMs: number } | undefined> {
+    return measureRemaining(this.#wire, key, owner, epoch);
   }
 
   /** See {@link inspectOne}. */

@@ -6,6 +6,9 @@
  * a statement sent from anywhere else, or a layer that calls back up into the one above it,
  * fails here before it can behave differently from the rest.
  *
+ * And one place publishes each event: two call sites of one event would be two accounts of
+ * it that can drift apart (one path's `waitedMs` counted from elsewhere, a field left out).
+ *
  * Type-only imports count for cycles (a cycle of types is still a cycle of meaning), not for
  * node-postgres: a module may name `pg.Pool` in a signature without sending anything.
  */
@@ -39,6 +42,8 @@ interface Module {
   imports: Import[];
   /** Calls of a method named `query` (node-postgres' statement call), as line numbers. */
   queryCalls: number[];
+  /** The event of each `publish('event', ...)` call (events.ts), with its line. */
+  publishes: { event: string; line: number }[];
 }
 
 function sourceFiles(dir: string): string[] {
@@ -79,7 +84,7 @@ function readModules(src: string): Map<string, Module> {
   for (const file of sourceFiles(src)) {
     const text = fs.readFileSync(file, 'utf8');
     const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
-    const module: Module = { imports: [], queryCalls: [] };
+    const module: Module = { imports: [], queryCalls: [], publishes: [] };
     const name = path.relative(src, file).split(path.sep).join('/');
     const add = (specifier: string, typeOnly: boolean) => {
       if (!specifier.startsWith('.')) {
@@ -114,6 +119,17 @@ function readModules(src: string): Map<string, Module> {
         node.expression.name.text === 'query'
       )
         module.queryCalls.push(source.getLineAndCharacterOfPosition(node.getStart()).line + 1);
+      else if (
+        ts.isCallExpression(node) &&
+        ts.isIdentifier(node.expression) &&
+        node.expression.text === 'publish' &&
+        node.arguments[0] &&
+        ts.isStringLiteral(node.arguments[0])
+      )
+        module.publishes.push({
+          event: node.arguments[0].text,
+          line: source.getLineAndCharacterOfPosition(node.getStart()).line + 1,
+        });
       ts.forEachChild(node, visit);
     };
     visit(source);
@@ -184,4 +200,16 @@ test('what src/sql/ imports from outside it imports nothing of the package but i
         offenders.push(`${name} imports ${target}`);
   }
   assert.deepEqual(offenders, []);
+});
+
+test('each event is published from one place', () => {
+  const sites = new Map<string, string[]>();
+  for (const [name, module] of modules)
+    for (const { event, line } of module.publishes)
+      sites.set(event, [...(sites.get(event) ?? []), `${name}:${line}`]);
+  assert.ok(sites.has('acquired') && sites.has('lost'), 'no publish() calls found');
+  const repeated = [...sites]
+    .filter(([, at]) => at.length > 1)
+    .map(([e, at]) => `${e}: ${at.join(', ')}`);
+  assert.deepEqual(repeated, []);
 });

@@ -301,6 +301,75 @@ describe('keep-alive', () => {
 });
 
 describe('deadline without keep-alive', () => {
+  /** Blocks the event loop for `ms`, as a long synchronous task of the application would. */
+  function stall(ms: number): void {
+    const until = performance.now() + ms;
+    while (performance.now() < until);
+  }
+
+  test('the deadline counts from the send: an answer handled late leaves that much less time', async () => {
+    // The server measures the time left while it answers; the answer may be handled much
+    // later (a stalled event loop, a slow network). Counted from the answer's handling, the
+    // deadline would run past the server's expiry by that much.
+    const connection = new pg.Client({ connectionString: db.url });
+    connection.on('error', () => undefined);
+    await connection.connect();
+    const stalled = new LeaseClient(connection);
+    const query = connection.query.bind(connection) as (...args: unknown[]) => unknown;
+    let stallMs = 0;
+    (connection as unknown as { query: (...args: unknown[]) => unknown }).query = (...args) => {
+      const result = query(...args);
+      const ms = stallMs;
+      stallMs = 0;
+      stall(ms);
+      return result;
+    };
+    try {
+      const key = uniqueKey();
+      stallMs = 500;
+      const lease = (await stalled.acquire(key, { ttl: '10s' }))!;
+      let left = lease.remainingMs();
+      assert.ok(left < 9_600 && left > 7_000, `acquire: ${left.toFixed(0)} ms left of 10 s`);
+      stallMs = 500;
+      await lease.renew();
+      left = lease.remainingMs();
+      assert.ok(left < 9_600 && left > 7_000, `renew: ${left.toFixed(0)} ms left of 10 s`);
+      assert.equal(await lease.release(), 'ok');
+    } finally {
+      await stalled.end();
+      await connection.end();
+    }
+  });
+
+  test("the deadline never reads the client's wall clock: an hour off either way changes nothing", async () => {
+    // Only the server's measure of the time left counts: expiresAt is the server's clock, and
+    // a client clock that is off (no NTP, a VM resumed) must not stretch or shrink a lease.
+    const RealDate = Date;
+    for (const skewMs of [3_600_000, -3_600_000]) {
+      class SkewedDate extends RealDate {
+        constructor(...args: unknown[]) {
+          if (args.length === 0) super(RealDate.now() + skewMs);
+          else super(...(args as [string]));
+        }
+        static override now(): number {
+          return RealDate.now() + skewMs;
+        }
+      }
+      globalThis.Date = SkewedDate as DateConstructor;
+      try {
+        const lease = (await client.acquire(uniqueKey(), { ttl: '10s' }))!;
+        let left = lease.remainingMs();
+        assert.ok(left > 8_000 && left <= 10_000, `skew ${skewMs}: acquire left ${left} ms`);
+        await lease.renew();
+        left = lease.remainingMs();
+        assert.ok(left > 8_000 && left <= 10_000, `skew ${skewMs}: renew left ${left} ms`);
+        assert.equal(await lease.release(), 'ok');
+      } finally {
+        globalThis.Date = RealDate;
+      }
+    }
+  });
+
   test('the handle counts itself lost before another owner can be granted the key', async () => {
     const key = uniqueKey();
     const first = (await client.acquire(key, { ttl: '1s', owner: 'first' }))!;

@@ -27,6 +27,12 @@ import type { Summary } from './summary-reporter.js';
 
 const TEST_TIMEOUT_MS = 300_000;
 const SLOWEST_SHOWN = 8;
+/**
+ * Test files run at once. Most of a file's time is spent waiting on its servers (ttls, lock
+ * waits, restarts), so four files keep two cores busy without starving any: on 2 cores the
+ * whole suite took 183 s at four against 275 s at two.
+ */
+const FILES_AT_ONCE = 4;
 
 const distRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -79,7 +85,7 @@ async function main(): Promise<number> {
         process.execPath,
         [
           '--test',
-          `--test-concurrency=${process.env.PG_LEASE_TEST_CONCURRENCY ?? 2}`,
+          `--test-concurrency=${process.env.PG_LEASE_TEST_CONCURRENCY ?? FILES_AT_ONCE}`,
           `--test-timeout=${TEST_TIMEOUT_MS}`,
           '--test-reporter=spec',
           '--test-reporter-destination=stdout',

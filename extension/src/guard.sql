@@ -26,15 +26,19 @@
  *      the schema as committed.  So schema lease is accepted only
  *        a. when this transaction made it (as CREATE EXTENSION does when it
  *           is missing): nobody else can see it.  The row's xmin being ours
- *           is no proof, since a GRANT, RENAME or OWNER TO rewriting the row
- *           gives it that xmin too.  Proof is that xmin together with this
+ *           is no proof: a GRANT, REVOKE, RENAME or OWNER TO rewriting the
+ *           row gives it that xmin too, and an administrator may well hand
+ *           a schema over in the installing or updating transaction.  Nor
+ *           is anything else this transaction wrote (the extension's rows,
+ *           an OID next to the schema's): a schema made before and handed
+ *           over looks the same.  Proof is that xmin together with this
  *           transaction having rewritten no row of pg_namespace, as the
  *           statistics count (they include counts of this session's
  *           earlier transactions not yet reported: those can only refuse).
- *           A superuser's session, which does not attack itself, may
- *           instead show it by the schema's OID coming just before that of
- *           an extension made in this transaction (a reinstall in one
- *           session would otherwise trip over the counts of the first);
+ *           The guard's own rewrites (4) are not counted: it makes them
+ *           only to a schema it has just accepted, so neither a later step
+ *           in the same transaction nor a reinstall in the same session is
+ *           refused for them;
  *        b. or, made before, when as committed no role but superusers (and,
  *           for a bundle, the installing role) owns it or may create in it.
  *           Transactions that began while it was open may still be
@@ -55,9 +59,7 @@
  *           ids can be set by any role (assign_distributed_transaction_id),
  *           so they only say which superuser connection, never whether;
  *           everything else is still waited for.
- *      Anything else is refused, so also the second step of an update in
- *      several steps in one transaction when the first had to rewrite the
- *      schema's row: any mark the first could leave the session could forge.
+ *      Anything else is refused.
  *   3. Nothing foreign.  An object in schema lease that is not part of this
  *      extension (an overload of an internal helper or of an API function,
  *      an operator, a type, anything in any catalog that has a namespace)
@@ -77,7 +79,8 @@
  *      objects in it, so the role that owns the functions takes it over,
  *      and every privilege that others hold on it is revoked.  Only USAGE
  *      is granted back, to PUBLIC.  The row is rewritten only to change it,
- *      so installing into the schema DROP EXTENSION left rewrites nothing.
+ *      so installing into the schema DROP EXTENSION left rewrites nothing,
+ *      and with track_counts off where the script's role may set it (2a).
  *
  * After the guard, only the schema's owner can create objects in lease.
  */
@@ -88,8 +91,6 @@ DECLARE
     v_schema   oid := (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'lease');
     v_ext      oid := (SELECT e.oid FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pg_lease');
     v_me       oid := (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = current_user);
-    v_super    boolean := coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r
-                                     WHERE r.rolname = session_user), false);
     v_db       oid := (SELECT d.oid FROM pg_catalog.pg_database AS d
                         WHERE d.datname = pg_catalog.current_database());
     v_top      xid8 := pg_catalog.pg_current_xact_id();  -- assigns ours, for age() below
@@ -101,7 +102,7 @@ DECLARE
     v_xmin     xid;
     v_age      integer;
     v_mine     boolean;
-    v_ext_new  boolean;
+    v_counting text;
     v_counted  boolean;
     v_waitfor  text[];
     v_kin      integer[];
@@ -125,15 +126,6 @@ BEGIN
     v_mine := v_age = 0
         OR (v_age < 0
             AND pg_catalog.pg_xact_status((v_top::text::bigint - v_age)::text::xid8) = 'in progress');
-    -- Likewise for the extension's dependency on its schema, a row only
-    -- CREATE EXTENSION writes: was the extension made in this transaction?
-    SELECT pg_catalog.age(d.xmin) INTO v_age
-      FROM pg_catalog.pg_depend AS d
-     WHERE d.classid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND d.objid = v_ext
-       AND d.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass AND d.refobjid = v_schema;
-    v_ext_new := coalesce(v_age = 0
-        OR (v_age < 0
-            AND pg_catalog.pg_xact_status((v_top::text::bigint - v_age)::text::xid8) = 'in progress'), false);
 
     IF v_mine THEN
         -- 2a.  Statistics are counted only with track_counts on, which only
@@ -145,14 +137,10 @@ BEGIN
                                            AND pg_catalog.has_parameter_privilege(r.oid, $1, $2))'
                INTO v_counted USING 'track_counts', 'SET';
         END IF;
-        -- A superuser's session is trusted not to attack its own install,
-        -- only to have rewritten the schema by mistake, which takes no OID:
-        -- a schema made by this CREATE EXTENSION is one whose OID comes just
-        -- before that of an extension made in this transaction.  That spares
-        -- a superuser who reinstalls in one session the counts of its last
-        -- take-over, not yet reported.
-        IF NOT (v_counted AND v_rewrites = 0)
-           AND NOT (v_super AND v_ext_new AND v_ext::bigint = v_schema::bigint + 1) THEN
+        -- Counted rewrites are someone else's than the guard's (4), whoever
+        -- ran them: a superuser handing the schema over in this transaction
+        -- has left it as other sessions see it, open.
+        IF NOT (v_counted AND v_rewrites = 0) THEN
             RAISE EXCEPTION 'pg_lease: schema lease was changed earlier in this transaction'
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       DETAIL = 'Other sessions still see schema lease as it was before this transaction, '
@@ -197,8 +185,9 @@ BEGIN
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       DETAIL = 'These roles own it or may create objects in it: ' || v_foreign || '.',
                       HINT = 'When pg_lease is not installed, drop schema lease and let CREATE EXTENSION make it. '
-                          || 'Otherwise give it to a superuser, revoke CREATE from those roles, make sure none of '
-                          || 'their sessions is still in a transaction, and try again.';
+                          || 'Otherwise give it to a superuser, revoke CREATE from those roles and commit that; '
+                          || 'make sure none of their sessions is still in a transaction; then run this statement '
+                          || 'again in a transaction of its own.';
         END IF;
 
         IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -415,7 +404,13 @@ BEGIN
                   HINT = 'Drop them (or the schema, when pg_lease is not installed) and try again.';
     END IF;
 
-    -- 4. Take the schema over and close it; rewrite its row only to change it.
+    -- 4. Take the schema over and close it; rewrite its row only to change it,
+    -- and uncounted (2a) where the role running the script may turn counting
+    -- off: a superuser, so always but for a bundle install.
+    IF (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = v_me) THEN
+        v_counting := pg_catalog.current_setting('track_counts');
+        PERFORM pg_catalog.set_config('track_counts', 'off', true);
+    END IF;
     IF v_owner <> v_me THEN
         ALTER SCHEMA lease OWNER TO CURRENT_USER;
     END IF;
@@ -435,6 +430,9 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_namespace AS n, LATERAL pg_catalog.aclexplode(n.nspacl) AS a
                     WHERE n.oid = v_schema AND a.grantee = 0 AND a.privilege_type = 'USAGE') THEN
         GRANT USAGE ON SCHEMA lease TO PUBLIC;
+    END IF;
+    IF v_counting IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('track_counts', v_counting, true);
     END IF;
 END
 $guard$;

@@ -81,12 +81,21 @@ export function isBrokenBy(error: unknown): boolean {
  * Runs `run` on `connection`; if `signal` aborts first, asks the server to cancel whatever that
  * connection runs (a protocol cancel request, as psql's Ctrl-C), so that no statement is left
  * running. Resolves or rejects as the statement ended: a cancelled one with 57014.
+ *
+ * A cancel request can miss: one that arrives before the statement runs reaches nothing, and
+ * PgBouncer 1.18 drops one for a client whose statement still waits in its queue for a server
+ * connection ("cancel request for idle client"), then runs the statement when one frees up. So
+ * the request is sent again, one at a time, while the statement has not ended. With `droppable`
+ * (a pool's connection, which the caller discards when it broke), a statement still not ended
+ * ABORT_DROP_MS after the abort has its connection closed: a pooler then drops a statement it
+ * still queues, and the attempt ends however long the queue.
  * @internal
  */
 export async function runCancellable<T>(
   connection: pg.ClientBase,
   run: () => Promise<T>,
   signal: AbortSignal | undefined,
+  droppable = false,
 ): Promise<T> {
   if (!signal) return run();
   // Aborted before the statement could be sent (while a connection was being taken, say): it is
@@ -96,15 +105,51 @@ export async function runCancellable<T>(
     throw new LeaseError('aborted', 'pg_lease: the call was aborted before it was sent', {
       cause: signal.reason as unknown,
     });
+  let ended = false;
+  let wake: (() => void) | undefined;
+  let drop: NodeJS.Timeout | undefined;
   let cancelled: Promise<void> | undefined;
-  const onAbort = () => (cancelled = sendCancelRequest(connection));
+  const cancelUntilEnded = async () => {
+    for (
+      let pause = CANCEL_RESEND_FIRST_MS;
+      !ended;
+      pause = Math.min(pause * 2, CANCEL_RESEND_MAX_MS)
+    ) {
+      await sendCancelRequest(connection);
+      if (ended) return;
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        setTimeout(resolve, pause).unref();
+      });
+    }
+  };
+  const onAbort = () => {
+    cancelled = cancelUntilEnded();
+    if (droppable) drop = setTimeout(() => dropConnection(connection), ABORT_DROP_MS);
+  };
   signal.addEventListener('abort', onAbort, { once: true });
   try {
     return await run();
   } finally {
+    // No cancel request is sent from now on; the one under way is waited for, so that it
+    // cannot reach the statement that runs next on the connection.
+    ended = true;
+    wake?.();
+    clearTimeout(drop);
     signal.removeEventListener('abort', onAbort);
     await cancelled;
   }
+}
+
+/** The pause before a cancel request is sent again, doubling up to CANCEL_RESEND_MAX_MS. */
+const CANCEL_RESEND_FIRST_MS = 50;
+const CANCEL_RESEND_MAX_MS = 1_000;
+/** How long after an abort a pool's connection whose statement has not ended is closed. */
+const ABORT_DROP_MS = 5_000;
+
+/** Closes the connection's socket: its statement fails, and its caller discards it. */
+function dropConnection(connection: pg.ClientBase): void {
+  (connection as unknown as { connection?: { stream?: net.Socket } }).connection?.stream?.destroy();
 }
 
 /** How long a cancel request may take before its connection is dropped. */

@@ -72,6 +72,7 @@ export class Wire {
         connection,
         () => runOutsideTransaction<R>(connection, key, query),
         signal,
+        true,
       );
     } catch (error) {
       if (isBrokenBy(error)) broken = error as Error;

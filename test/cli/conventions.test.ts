@@ -14,6 +14,7 @@ import { UsageError } from '../../src/cli/exit-codes.js';
 import { LeaseClient } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { uniqueKey } from '../support/helpers.js';
+import { CURRENT_VERSION } from '../support/releases.js';
 import { parseJson, runCli, type CliResult } from './helpers.js';
 
 let db: TestDatabase;
@@ -181,7 +182,7 @@ describe("libpq's URL forms (its docs' Connection URIs), as psql takes them", ()
       const env = pgEnv({});
       const installed = await runCli(['install', '--from-bundle', '--url', url, '--json'], env);
       assert.equal(installed.code, 0, installed.stdout + installed.stderr);
-      assert.deepEqual(parseJson(installed), { version: '0.2.1', method: 'bundle', created: true });
+      assert.deepEqual(parseJson(installed), { version: CURRENT_VERSION, method: 'bundle', created: true });
       const again = await runCli(['install', '--from-bundle', '--url', url], env);
       assert.equal(again.code, 0, again.stderr);
       assert.match(again.stdout, /already installed/);

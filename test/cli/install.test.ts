@@ -7,8 +7,12 @@ import { LeaseClient } from '../../src/index.js';
 import { PACKAGE_ROOT } from 'pg-lease-testing';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { createRole } from '../support/roles.js';
+import { CURRENT_VERSION } from '../support/releases.js';
 
 import { parseJson, runCli } from './helpers.js';
+
+/** The current version as it appears in the CLI's messages, for a RegExp. */
+const CURRENT_PATTERN = CURRENT_VERSION.replaceAll('.', '\\.');
 
 let viaExtension: TestDatabase;
 let viaBundle: TestDatabase;
@@ -56,20 +60,31 @@ describe('pg-lease install', () => {
   test('installs the extension with CREATE EXTENSION and reports its version', async () => {
     const result = await runCli(['install', '--url', viaExtension.url]);
     assert.equal(result.code, 0, result.stderr);
-    assert.match(result.stdout, /^installed pg_lease 0\.2\.1 as an extension$/m);
+    assert.match(
+      result.stdout,
+      new RegExp(`^installed pg_lease ${CURRENT_PATTERN} as an extension$`, 'm'),
+    );
     const { rows } = await viaExtension.pool.query<{ extversion: string }>(
       "SELECT extversion FROM pg_extension WHERE extname = 'pg_lease'",
     );
-    assert.deepEqual(rows, [{ extversion: '0.2.1' }]);
+    assert.deepEqual(rows, [{ extversion: CURRENT_VERSION }]);
     const again = await runCli(['install', '--url', viaExtension.url, '--json']);
     assert.equal(again.code, 0, again.stderr);
-    assert.deepEqual(parseJson(again), { version: '0.2.1', method: 'extension', created: false });
+    assert.deepEqual(parseJson(again), {
+      version: CURRENT_VERSION,
+      method: 'extension',
+      created: false,
+    });
   });
 
   test('--from-bundle installs the same objects without an extension, in working order', async () => {
     const result = await runCli(['install', '--url', viaBundle.url, '--from-bundle', '--json']);
     assert.equal(result.code, 0, result.stderr);
-    assert.deepEqual(parseJson(result), { version: '0.2.1', method: 'bundle', created: true });
+    assert.deepEqual(parseJson(result), {
+      version: CURRENT_VERSION,
+      method: 'bundle',
+      created: true,
+    });
     const { rows } = await viaBundle.pool.query(
       "SELECT 1 FROM pg_extension WHERE extname = 'pg_lease'",
     );
@@ -94,7 +109,7 @@ describe('pg-lease install', () => {
     assert.equal(bundle.code, 0, bundle.stderr);
     assert.match(
       bundle.stdout,
-      /pg_lease 0\.2\.1 is already installed \(from the bundled script\)/,
+      new RegExp(`pg_lease ${CURRENT_PATTERN} is already installed \\(from the bundled script\\)`),
     );
     const plain = await runCli(['install', '--url', viaBundle.url]);
     assert.equal(plain.code, 0, plain.stderr);
@@ -117,7 +132,7 @@ describe('pg-lease install', () => {
     }
   });
 
-  for (const from of ['0.1.0', '0.2.0'] as const)
+  for (const from of ['0.1.0', '0.2.0', '0.2.1'] as const)
     test(`--from-bundle updates a ${from} bundle install to the same objects, keeping every lease, and says so`, async () => {
       const old = await createTestDatabase({ extension: false });
       try {
@@ -152,13 +167,13 @@ describe('pg-lease install', () => {
         const result = await runCli(['install', '--url', old.url, '--from-bundle', '--json']);
         assert.equal(result.code, 0, result.stderr);
         assert.deepEqual(parseJson(result), {
-          version: '0.2.1',
+          version: CURRENT_VERSION,
           method: 'bundle',
           created: false,
           updatedFrom: from,
         });
         const text = await runCli(['install', '--url', old.url, '--from-bundle']);
-        assert.match(text.stdout, /pg_lease 0\.2\.1 is already installed/);
+        assert.match(text.stdout, new RegExp(`pg_lease ${CURRENT_PATTERN} is already installed`));
         assert.deepEqual((await old.pool.query(rows)).rows, before);
         if ((await leaseObjects(viaBundle.pool)).length === 0)
           await runCli(['install', '--url', viaBundle.url, '--from-bundle']);
@@ -183,7 +198,9 @@ describe('pg-lease install', () => {
       assert.equal(result.code, 1);
       assert.match(
         result.stderr,
-        /pg_lease 9\.0\.0 is installed, newer than the 0\.2\.1 .*downgrades are not supported/,
+        new RegExp(
+          `pg_lease 9\\.0\\.0 is installed, newer than the ${CURRENT_PATTERN} .*downgrades are not supported`,
+        ),
       );
     } finally {
       await newer.close();
@@ -196,7 +213,7 @@ describe('pg-lease install', () => {
     try {
       const client = await mallory.connect();
       await client.query(`CREATE SCHEMA lease;
-        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.1 (installed from the pg-lease npm bundle)';
+        COMMENT ON SCHEMA lease IS 'pg_lease ${CURRENT_VERSION} (installed from the pg-lease npm bundle)';
         GRANT USAGE ON SCHEMA lease TO PUBLIC;
         CREATE FUNCTION lease.acquire(p_key text, p_owner text, p_ttl interval, p_wait interval DEFAULT '0')
           RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
@@ -209,7 +226,7 @@ describe('pg-lease install', () => {
       // The same, made by the installing role itself but with a function of another role in it.
       await client.query('DROP SCHEMA lease CASCADE');
       await forged.pool.query(`CREATE SCHEMA lease;
-        COMMENT ON SCHEMA lease IS 'pg_lease 0.2.1 (installed from the pg-lease npm bundle)';
+        COMMENT ON SCHEMA lease IS 'pg_lease ${CURRENT_VERSION} (installed from the pg-lease npm bundle)';
         GRANT CREATE, USAGE ON SCHEMA lease TO ${mallory.name}`);
       await client.query(
         `CREATE FUNCTION lease.inspect(p_key text) RETURNS boolean LANGUAGE sql AS 'SELECT true'`,

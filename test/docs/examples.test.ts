@@ -47,7 +47,7 @@ import pg from 'pg';
 import { PACKAGE_ROOT, PgCluster } from 'pg-lease-testing';
 import ts from 'typescript';
 import { strictConsumerTsconfig } from '../../scripts/consumer-tsconfig.js';
-import { FIXTURE_0_2_0 } from '../support/releases.js';
+import { CURRENT_VERSION, FIXTURE_0_2_0 } from '../support/releases.js';
 
 /** What a block needs beyond its own lines; see the header. */
 interface Prelude {
@@ -138,7 +138,7 @@ const PRELUDES: Record<string, Prelude> = {
     extension: false,
     setup: `CREATE EXTENSION pg_lease VERSION '0.2.0';
             SELECT lease.acquire('job-1', 'worker-1', '1 hour');`,
-    check: `SELECT extversion = '0.2.1'
+    check: `SELECT extversion = '${CURRENT_VERSION}'
                    AND (SELECT held AND owner = 'worker-1' AND epoch = 1 FROM lease.inspect('job-1'))
               FROM pg_extension WHERE extname = 'pg_lease'`,
   },

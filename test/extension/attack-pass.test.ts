@@ -36,7 +36,7 @@ import {
   renewCall,
   sleepPast,
 } from '../support/lease-calls.js';
-import { FIXTURE_0_2_0 } from '../support/releases.js';
+import { CURRENT_VERSION, FIXTURE_0_2_0 } from '../support/releases.js';
 import { Isolation, StepBlockedError } from '../support/sessions.js';
 
 let db: TestDatabase;
@@ -259,7 +259,7 @@ describe('3. a role without privileges cannot block ALTER EXTENSION pg_lease UPD
         const { rows } = await admin.query(
           `SELECT extversion FROM pg_extension WHERE extname = 'pg_lease'`,
         );
-        assert.equal(rows[0].extversion, '0.2.1');
+        assert.equal(rows[0].extversion, CURRENT_VERSION);
       } finally {
         await admin.end();
       }

@@ -524,6 +524,54 @@ describe('batches and locks', { concurrency: true }, () => {
     await s2.query('COMMIT');
   });
 
+  test('renew_many and release_many listing the same keys in opposite orders never deadlock', async () => {
+    await using iso = await Isolation.open(db.url, ['blocker', 's1', 's2']);
+    const { blocker, s1, s2 } = iso.named;
+    const keys = ['1', '2', '3'].map((n) => uniqueKey(`rel-order-${n}`));
+    const [k1, k2, k3] = keys as [string, string, string];
+    const epochs = await Promise.all(
+      keys.map(async (key) => (await acquire(db.pool, key, ME, '1 hour')).epoch!),
+    );
+    await blocker.query('BEGIN');
+    await blocker.run(renewCall(k2, ME, epochs[1]!, '2 hours'));
+    await s1.query('BEGIN');
+    const first = s1.start(renewManyText(), [
+      [k3, k2, k1],
+      ME,
+      [epochs[2], epochs[1], epochs[0]].map(String),
+      '3 hours',
+    ]);
+    await iso.untilBlocked(first, blocker);
+    await s2.query('BEGIN');
+    const second = s2.start('SELECT key, status FROM lease.release_many($1, $2, $3)', [
+      [k1, k2, k3],
+      ME,
+      epochs.map(String),
+    ]);
+    // In key order s1 already holds k1, so the release waits for s1, not for the blocker.
+    await iso.untilBlocked(second, s1);
+    await blocker.query('COMMIT');
+    assert.deepEqual(
+      parseRenewed((await first.result()).rows).map((r) => [r.key, r.status]),
+      [
+        [k3, 'ok'],
+        [k2, 'ok'],
+        [k1, 'ok'],
+      ],
+    );
+    await s1.query('COMMIT');
+    assert.deepEqual(
+      (await second.result()).rows.map((r) => [r.key, r.status]),
+      [
+        [k1, 'ok'],
+        [k2, 'ok'],
+        [k3, 'ok'],
+      ],
+    );
+    await s2.query('COMMIT');
+    for (const key of keys) assert.equal((await storedRow(db.pool, key))!.owner, null, key);
+  });
+
   test('two acquire_many calls in opposite orders never deadlock; the first wins every key', async () => {
     await using iso = await Isolation.open(db.url, ['blocker', 's1', 's2']);
     const { blocker, s1, s2 } = iso.named;
@@ -608,6 +656,84 @@ describe('batches and locks', { concurrency: true }, () => {
     assert.equal((await release(winner, raced, OTHER, won.epoch)).status, 'ok');
     await batch.query('COMMIT');
     assert.equal((await storedRow(db.pool, other))!.owner, ME);
+  });
+
+  test('acquire_many waiting on a single grant that rolls back gets that key too, with the epoch the grant had', async () => {
+    await using iso = await Isolation.open(db.url, ['single', 'batch']);
+    const { single, batch } = iso.named;
+    const keys = ['c', 'b', 'a'].map((n) => uniqueKey(`batch-vs-rollback-${n}`));
+    for (const key of keys) {
+      const granted = await acquire(db.pool, key, 'setup', '1 hour');
+      await release(db.pool, key, 'setup', granted.epoch);
+    }
+    const raced = keys[1]!;
+    await single.query('BEGIN');
+    assert.equal((await single.run(acquireCall(raced, OTHER, '1 hour'))).epoch, 3n);
+    await batch.query('BEGIN');
+    const step = batch.start(
+      'SELECT key, acquired, epoch::text AS epoch FROM lease.acquire_many($1, $2, $3)',
+      [keys, ME, '1 hour'],
+    );
+    await iso.untilBlocked(step, single);
+    await single.query('ROLLBACK');
+    assert.deepEqual(
+      (await step.result()).rows.map((r) => [r.key, r.acquired, r.epoch]),
+      keys.map((key) => [key, true, '3']),
+    );
+    await batch.query('COMMIT');
+    assert.equal((await storedRow(db.pool, raced))!.owner, ME);
+  });
+
+  test('a single acquire waiting on an uncommitted acquire_many is denied once the batch commits', async () => {
+    await using iso = await Isolation.open(db.url, ['single', 'batch']);
+    const { single, batch } = iso.named;
+    const keys = ['c', 'b', 'a'].map((n) => uniqueKey(`single-vs-batch-${n}`));
+    for (const key of keys) {
+      const granted = await acquire(db.pool, key, 'setup', '1 hour');
+      await release(db.pool, key, 'setup', granted.epoch);
+    }
+    await batch.query('BEGIN');
+    const rows = await acquireMany(batch, keys, ME, '1 hour');
+    assert.deepEqual(
+      rows.map((r) => [r.key, r.acquired, r.epoch]),
+      keys.map((key) => [key, true, 3n]),
+    );
+    await single.query('BEGIN');
+    const step = single.start(acquireCall(keys[1]!, OTHER, '1 hour'));
+    await iso.untilBlocked(step, batch);
+    await batch.query('COMMIT');
+    assert.deepEqual(await step.result(), { acquired: false, epoch: null, expiresAt: null });
+    await single.query('COMMIT');
+    assert.equal((await storedRow(db.pool, keys[1]!))!.owner, ME);
+  });
+
+  test('a single acquire meeting an uncommitted release_many of its key is denied at once', async () => {
+    await using iso = await Isolation.open(db.url, ['single', 'batch']);
+    const { single, batch } = iso.named;
+    const keys = ['y', 'x'].map((n) => uniqueKey(`single-vs-release-many-${n}`));
+    const epochs = await Promise.all(
+      keys.map(async (key) => (await acquire(db.pool, key, OTHER, '1 hour')).epoch!),
+    );
+    await batch.query('BEGIN');
+    const { rows } = await batch.query('SELECT key, status FROM lease.release_many($1, $2, $3)', [
+      keys,
+      OTHER,
+      epochs.map(String),
+    ]);
+    assert.deepEqual(
+      rows.map((r) => [r.key, r.status]),
+      keys.map((key) => [key, 'ok']),
+    );
+    await single.query('BEGIN');
+    // run() fails with StepBlockedError if the acquire waits for the releasing batch.
+    assert.deepEqual(await single.run(acquireCall(keys[0]!, ME, '1 hour')), {
+      acquired: false,
+      epoch: null,
+      expiresAt: null,
+    });
+    await batch.query('COMMIT');
+    await single.query('COMMIT');
+    assert.equal((await storedRow(db.pool, keys[0]!))!.owner, null);
   });
 
   for (const op of ['renew_many', 'release_many'] as const) {

@@ -1,10 +1,10 @@
 /**
  * SEMANTICS.md §10 Fence and I12: `lease.fence(key, epoch)` passes only for the key's live
  * grant and then holds the key's row until the transaction ends; `lease.fence_row` applies it
- * to every inserted or updated row. The races are the isolation specs `fence-*` again, with
- * real concurrent sessions, for the builds that have no isolationtester: a step expected to
- * wait is confirmed blocked by the server (`pg_blocking_pids`), and a step that must go
- * through fails the test when the server shows it blocked.
+ * to every inserted or updated row. This file is the only home of the fence races (the
+ * isolation specs `fence-*` were ported here and removed, so they run on every supported
+ * major): a step expected to wait is confirmed blocked by the server (`pg_blocking_pids`), and
+ * a step that must go through fails the test when the server shows it blocked.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -207,6 +207,30 @@ describe('fence races', { concurrency: true }, () => {
     );
   });
 
+  test('a fence after a takeover that rolled back is still refused: the grant stays lapsed', async () => {
+    await using iso = await Isolation.open(db.url, ['old', 'taker']);
+    const { old, taker } = iso.named;
+    const key = uniqueKey('fence-after-takeover-rollback');
+    const granted = await acquire(db.pool, key, 'worker-old', '200 milliseconds');
+    await sleepPast(db.pool, granted.expiresAt);
+    await taker.query('BEGIN');
+    assert.equal((await taker.run(acquireCall(key, 'worker-new', '1 minute'))).epoch, granted.epoch! + 1n);
+    await taker.query('ROLLBACK');
+    await old.query('BEGIN');
+    const refused = await old
+      .query(fenceCall(key, granted.epoch).text, fenceCall(key, granted.epoch).values)
+      .catch((error: unknown) => error);
+    assert.ok(!(refused instanceof StepBlockedError), 'the fence waited');
+    assertStale(refused, key, granted.epoch!, `the key lapsed (epoch ${granted.epoch})`);
+    await old.query('ROLLBACK');
+    assert.deepEqual(await inspect(db.pool, key), {
+      held: false,
+      owner: null,
+      epoch: granted.epoch,
+      expiresAt: null,
+    });
+  });
+
   test("the holder's release waits for an open fenced transaction, then frees the key", async () => {
     await using iso = await Isolation.open(db.url, ['fencer', 'holder']);
     const { fencer, holder } = iso.named;
@@ -226,6 +250,27 @@ describe('fence races', { concurrency: true }, () => {
       granted.epoch!,
       `the key is free with watermark ${granted.epoch! + 1n}`,
     );
+  });
+
+  test("the holder's release waits for a fenced transaction that rolls back: nothing written, the key is freed", async () => {
+    await using iso = await Isolation.open(db.url, ['fencer', 'holder']);
+    const { fencer, holder } = iso.named;
+    const key = uniqueKey('fence-rollback-vs-release');
+    const granted = await acquire(db.pool, key, 'worker-a', '1 minute');
+    await fencer.query('BEGIN');
+    await fencer.run(fenceCall(key, granted.epoch));
+    await write(fencer.client, key, granted.epoch!);
+    const released = holder.start(releaseCall(key, 'worker-a', granted.epoch));
+    await iso.untilBlocked(released, fencer);
+    await fencer.query('ROLLBACK');
+    assert.deepEqual(await released.result(), { status: 'ok' });
+    assert.deepEqual(await writes(key), []);
+    assert.deepEqual(await inspect(db.pool, key), {
+      held: false,
+      owner: null,
+      epoch: granted.epoch! + 1n,
+      expiresAt: null,
+    });
   });
 
   test('a fence waits for a release in progress; refused once it commits, it holds no lock', async () => {
@@ -403,6 +448,29 @@ describe('fence races', { concurrency: true }, () => {
     });
   }
 
+  test('under REPEATABLE READ a fence that waited for a release in progress fails with 40001 once it commits', async () => {
+    await using iso = await Isolation.open(db.url, ['reader', 'holder']);
+    const { reader, holder } = iso.named;
+    const key = uniqueKey('fence-rr-release-in-progress');
+    const granted = await acquire(db.pool, key, 'worker-a', '1 minute');
+    await reader.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+    await reader.query('SELECT count(*) FROM lease.inspect($1)', [key]); // takes the snapshot
+    await holder.query('BEGIN');
+    assert.equal((await holder.run(releaseCall(key, 'worker-a', granted.epoch))).status, 'ok');
+    const fenced = reader.start(fenceCall(key, granted.epoch));
+    await iso.untilBlocked(fenced, holder);
+    await holder.query('COMMIT');
+    const error = await fenced.error();
+    assert.equal(error.code, '40001', error.message);
+    await reader.query('ROLLBACK');
+    assert.deepEqual(await inspect(db.pool, key), {
+      held: false,
+      owner: null,
+      epoch: granted.epoch! + 1n,
+      expiresAt: null,
+    });
+  });
+
   test('a fenced transaction that rolls back leaves nothing and lets the waiting takeover through', async () => {
     await using iso = await Isolation.open(db.url, ['fencer', 'taker']);
     const { fencer, taker } = iso.named;
@@ -552,6 +620,42 @@ describe('fence_row trigger', { concurrency: true }, () => {
     assert.equal(renewed.settled, false, 'the renew went through while the fenced insert was open');
     await writerClient.query('COMMIT');
     assert.equal((await renewed.result()).status, 'ok');
+  });
+
+  test('two writers through fence_row: the stale one is refused at once and holds no lock; writers under the live epoch never wait', async () => {
+    await using iso = await Isolation.open(db.url, ['stale', 'holder', 'peer']);
+    const { stale, holder, peer } = iso.named;
+    const key = uniqueKey('fence-row-writers');
+    await regranted(key); // epoch 1 is stale, 3 is live
+    const insert = 'INSERT INTO fence_app.jobs (id, lease_key, lease_epoch) VALUES ($1, $2, $3)';
+    // The holder's fenced transaction is open: the stale write is refused without waiting.
+    await holder.query('BEGIN');
+    await holder.query(insert, [500, key, 3]);
+    await stale.query('BEGIN');
+    const refused = await stale.query(insert, [501, key, 1]).catch((error: unknown) => error);
+    assert.ok(!(refused instanceof StepBlockedError), 'the stale write waited');
+    assertStale(refused, key, 1n, 'the key is held under epoch 3');
+    await holder.query('UPDATE fence_app.jobs SET lease_epoch = 3 WHERE id = 500');
+    await holder.query('COMMIT');
+    // The refused transaction stays open: the holder's renew and next fenced write go through.
+    assert.equal((await holder.run(renewCall(key, 'worker-b', 3n, '2 minutes'))).status, 'ok');
+    await holder.query('BEGIN');
+    await holder.query(insert, [502, key, 3]);
+    // A second writer under the live epoch does not wait for the first.
+    await peer.query('BEGIN');
+    await peer.query(insert, [503, key, 3]);
+    await peer.query('COMMIT');
+    await holder.query('COMMIT');
+    await stale.query('ROLLBACK');
+    const { rows } = await db.pool.query(
+      'SELECT id, lease_epoch::int AS epoch FROM fence_app.jobs WHERE lease_key = $1 ORDER BY id',
+      [key],
+    );
+    assert.deepEqual(rows, [
+      { id: 500, epoch: 3 },
+      { id: 502, epoch: 3 },
+      { id: 503, epoch: 3 },
+    ]);
   });
 
   test('DELETE, statement-level use and bad arguments give clear errors', async () => {

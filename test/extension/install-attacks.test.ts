@@ -9,7 +9,8 @@
  * `lease.acquire('k', 'o', '10s')` and nothing foreign may be left in schema lease; the attacker
  * must not have become superuser; then the test checks how the guard refused.
  *
- * The update path starts from the released 0.1.0 install script, staged as a test fixture.
+ * The update paths start from the released install scripts (0.1.0, 0.2.0, 0.2.1), staged as test
+ * fixtures.
  */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
@@ -20,8 +21,8 @@ import pg from 'pg';
 import { PACKAGE_ROOT, PgCluster } from 'pg-lease-testing';
 import { BUNDLED_VERSION } from '../../src/generated/sql.js';
 import { waitFor } from '../support/helpers.js';
+import { CURRENT_VERSION, EARLIER_VERSIONS } from '../support/releases.js';
 
-const FIXTURE_0_1_0 = path.join(PACKAGE_ROOT, 'extension', 'test', 'fixtures', 'pg_lease--0.1.0.sql');
 /** A no-op update to a made-up version: the guard and the privilege reset, nothing else. */
 const CHAIN_VERSION = 'guardtest';
 
@@ -39,7 +40,7 @@ before(async () => {
     ].join('\n'),
   );
   cluster = await PgCluster.start({
-    extraExtensionFiles: [FIXTURE_0_1_0, chain],
+    extraExtensionFiles: [...EARLIER_VERSIONS.map((earlier) => earlier.fixture), chain],
     settings: { max_prepared_transactions: 4 },
   });
 });
@@ -465,6 +466,40 @@ describe('CREATE EXTENSION: a superuser takes the schema over', () => {
     assertRefused(error, '55000', CHANGED);
   });
 
+  test("issue 32: the database owner's schema is handed over in the installing transaction, its overload moved in without taking an OID", async () => {
+    // The schema's OID then comes just before the extension's, as when CREATE EXTENSION makes
+    // the schema; 0.2.1 took that (with the extension made in this transaction) for proof that
+    // this transaction made the schema, and skipped the wait for the planter's transaction.
+    const planter = await role('owner');
+    const url = await database(planter);
+    const session = await connect(url, planter);
+    const admin = await connect(url);
+    await session.query(overload(planter).replace('lease.acquire', 'public.acquire'));
+    // The last OID allocated anywhere in the cluster before the install.
+    await session.query('CREATE SCHEMA lease; GRANT CREATE, USAGE ON SCHEMA lease TO PUBLIC');
+    await session.query('BEGIN');
+    await session.query('ALTER FUNCTION public.acquire(text, text, text) SET SCHEMA lease');
+    await admin.query('BEGIN');
+    // What the refusal's HINT asks for: give it to a superuser, revoke CREATE.
+    const { waited, error: rewriteError } = await pastPlanter(
+      admin,
+      'ALTER SCHEMA lease OWNER TO postgres; REVOKE CREATE ON SCHEMA lease FROM PUBLIC',
+      () => session.query('COMMIT'),
+    );
+    assert.equal(rewriteError, undefined);
+    const error = await outcome(admin.query('CREATE EXTENSION pg_lease'));
+    await admin.query(error ? 'ROLLBACK' : 'COMMIT');
+    if (!waited) await session.query('COMMIT');
+    // The README's first call, an untyped one, made by the administrator.
+    if (await installed(admin))
+      await admin
+        .query(`SELECT * FROM lease.acquire('invoice-run', 'worker-1', '30 seconds')`)
+        .catch(() => undefined);
+    await assertNothingPlanted(url, planter);
+    if (waited) assertRefused(error, '55000', FOREIGN);
+    else assertRefused(error, '55000', CHANGED);
+  });
+
   test('committed first: the install waits for the open transaction, then refuses', async () => {
     const { url, planter, session, admin } = await plantedSchema();
     await admin.query(`ALTER SCHEMA lease OWNER TO postgres`);
@@ -854,6 +889,52 @@ describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0', () => {
   });
 });
 
+describe('issue 32: the database owner plants while an administrator follows the HINT in one transaction', () => {
+  for (const { version: from } of EARLIER_VERSIONS) {
+    test(`ALTER EXTENSION pg_lease UPDATE from ${from} refuses, then finds the plant; nothing of it runs as the administrator`, async () => {
+      const owner = await role('owner');
+      const url = await database(owner);
+      const admin = await connect(url);
+      const planter = await connect(url, owner);
+      if (from === '0.1.0') {
+        // 0.1.0 kept the ACL of a schema made beforehand.
+        await planter.query('CREATE SCHEMA lease; GRANT CREATE, USAGE ON SCHEMA lease TO PUBLIC');
+        await planter.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
+      } else {
+        await planter.query(`CREATE EXTENSION pg_lease VERSION '${from}'`);
+        // Opened later by a superuser, from a session of its own.
+        const other = await connect(url);
+        await other.query('GRANT CREATE ON SCHEMA lease TO PUBLIC');
+        await other.end();
+      }
+      await planter.query('BEGIN');
+      await planter.query(overload(owner));
+      await admin.query('BEGIN');
+      await admin.query('REVOKE CREATE ON SCHEMA lease FROM PUBLIC');
+      const error = await outcome(admin.query('ALTER EXTENSION pg_lease UPDATE'));
+      await admin.query(error ? 'ROLLBACK' : 'COMMIT');
+      await planter.query('COMMIT');
+      assertRefused(error, '55000', CHANGED);
+      assert.equal(await installed(admin), from);
+      // As the HINT says: the REVOKE committed, then the update in a transaction of its own.
+      await admin.query('REVOKE CREATE ON SCHEMA lease FROM PUBLIC');
+      const fresh = await connect(url);
+      assertRefused(
+        await outcome(fresh.query('ALTER EXTENSION pg_lease UPDATE')),
+        '55000',
+        FOREIGN,
+        /function lease\.acquire\(text,text,text\)/,
+      );
+      await fresh.query('DROP FUNCTION lease.acquire(text, text, text)');
+      await fresh.query('ALTER EXTENSION pg_lease UPDATE');
+      assert.equal(await installed(fresh), CURRENT_VERSION);
+      // The README's first call, untyped, by the administrator.
+      await fresh.query(`SELECT * FROM lease.acquire('invoice-run', 'worker-1', '30 seconds')`);
+      await assertNothingPlanted(url, owner);
+    });
+  }
+});
+
 describe('updates in several steps in one transaction', () => {
   test(`ALTER EXTENSION UPDATE from 0.1.0 to '${CHAIN_VERSION}' goes through ${BUNDLED_VERSION} in one transaction`, async () => {
     const url = await database();
@@ -863,41 +944,39 @@ describe('updates in several steps in one transaction', () => {
     assert.equal(await installed(admin), CHAIN_VERSION);
   });
 
-  test('a step after one that had to rewrite the schema row is refused, until the schema needs no rewrite', async () => {
+  test("a step after one that had to rewrite the schema row goes through: the guard's own rewrite is not counted", async () => {
     const url = await database();
     const admin = await connect(url);
     const eve = await role('eve');
-    await admin.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
-    await admin.query(`GRANT USAGE ON SCHEMA lease TO ${eve}`);
-    // The step to the current version revokes eve's USAGE; the next one cannot tell that
-    // rewrite from another.
-    assertRefused(
-      await outcome(admin.query(`ALTER EXTENSION pg_lease UPDATE TO '${CHAIN_VERSION}'`)),
-      '55000',
-      CHANGED,
-    );
-    await admin.query(`REVOKE USAGE ON SCHEMA lease FROM ${eve}`);
+    // From another session, so that this one's statistics do not count 0.1.0's GRANT or this one.
+    const other = await connect(url);
+    await other.query(`CREATE EXTENSION pg_lease VERSION '0.1.0'`);
+    await other.query(`GRANT USAGE ON SCHEMA lease TO ${eve}`);
+    // The step to the current version revokes eve's USAGE, uncounted; the next one goes on.
     await admin.query(`ALTER EXTENSION pg_lease UPDATE TO '${CHAIN_VERSION}'`);
     assert.equal(await installed(admin), CHAIN_VERSION);
+    const { rows } = await admin.query(`SELECT has_schema_privilege($1, 'lease', 'USAGE') AS usage`, [
+      eve,
+    ]);
+    assert.equal(rows[0].usage, true, 'USAGE is granted back to PUBLIC only');
+    const acl = await admin.query(`SELECT nspacl::text AS acl FROM pg_namespace WHERE nspname = 'lease'`);
+    assert.equal(acl.rows[0].acl, '{postgres=UC/postgres,=U/postgres}');
   });
 
-  test(`CREATE EXTENSION VERSION '${CHAIN_VERSION}' needs a schema lease that the install does not rewrite`, async () => {
+  test(`a non-superuser's CREATE EXTENSION VERSION '${CHAIN_VERSION}' goes through: the first step's take-over of the new schema is not counted`, async () => {
     const installer = await role('installer');
     const url = await database(installer);
     const client = await connect(url, installer);
     // The schema CREATE EXTENSION makes is the installer's until the first step takes it over.
-    assertRefused(
-      await outcome(client.query(`CREATE EXTENSION pg_lease VERSION '${CHAIN_VERSION}'`)),
-      '55000',
-      CHANGED,
-    );
-    const admin = await connect(url);
-    await admin.query(`CREATE SCHEMA lease; GRANT USAGE ON SCHEMA lease TO PUBLIC`);
     await client.query(`CREATE EXTENSION pg_lease VERSION '${CHAIN_VERSION}'`);
     assert.equal(await installed(client), CHAIN_VERSION);
+    const { rows } = await client.query(
+      `SELECT nspowner::regrole::text AS owner FROM pg_namespace WHERE nspname = 'lease'`,
+    );
+    assert.equal(rows[0].owner, 'postgres');
   });
 
-  test(`a superuser's CREATE EXTENSION VERSION '${CHAIN_VERSION}' goes through: the schema's OID comes just before the extension's`, async () => {
+  test(`a superuser's CREATE EXTENSION VERSION '${CHAIN_VERSION}' goes through`, async () => {
     const url = await database();
     const admin = await connect(url);
     await admin.query(`CREATE EXTENSION pg_lease VERSION '${CHAIN_VERSION}'`);

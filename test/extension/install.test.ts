@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { PACKAGE_ROOT } from 'pg-lease-testing';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { acquire, inspect, leaseTable, pgError, release } from '../support/lease-calls.js';
+import { CURRENT_VERSION } from '../support/releases.js';
 import { createRole, type TestRole } from '../support/roles.js';
 
 const API = [
@@ -42,7 +43,7 @@ describe('what CREATE EXTENSION makes', () => {
       `SELECT e.extnamespace::regnamespace::text AS schema, e.extrelocatable, e.extversion
          FROM pg_extension e WHERE e.extname = 'pg_lease'`,
     );
-    assert.deepEqual(rows, [{ schema: 'lease', extrelocatable: false, extversion: '0.2.1' }]);
+    assert.deepEqual(rows, [{ schema: 'lease', extrelocatable: false, extversion: CURRENT_VERSION }]);
     const error = await pgError(db.pool.query('ALTER EXTENSION pg_lease SET SCHEMA public'));
     assert.equal(error.code, '0A000');
   });
@@ -50,7 +51,8 @@ describe('what CREATE EXTENSION makes', () => {
   test('the control file marks the extension trusted', async () => {
     const { rows } = await db.pool.query(
       `SELECT trusted, relocatable, schema FROM pg_available_extension_versions
-        WHERE name = 'pg_lease' AND version = '0.2.1'`,
+        WHERE name = 'pg_lease' AND version = $1`,
+      [CURRENT_VERSION],
     );
     assert.deepEqual(rows, [{ trusted: true, relocatable: false, schema: 'lease' }]);
   });
@@ -197,9 +199,11 @@ describe('what CREATE EXTENSION makes', () => {
   });
 
   test('the install script starts like contrib: a path comment, then the \\echo guard', () => {
-    const script = path.join(PACKAGE_ROOT, 'extension', 'sql', 'pg_lease--0.2.1.sql');
+    const name = `pg_lease--${CURRENT_VERSION}.sql`;
+    const script = path.join(PACKAGE_ROOT, 'extension', 'sql', name);
     const lines = fs.readFileSync(script, 'utf8').split('\n').filter((line) => line.trim() !== '');
-    assert.match(lines[0]!, /^\/\*.*pg_lease--0\.2\.1\.sql.*\*\/$|^--.*pg_lease--0\.2\.1\.sql/);
+    assert.ok(lines[0]!.startsWith('/* ') || lines[0]!.startsWith('--'), lines[0]);
+    assert.ok(lines[0]!.includes(name), lines[0]);
     const guard = lines.find((line) => line.startsWith('\\echo'));
     assert.equal(guard, '\\echo Use "CREATE EXTENSION pg_lease" to load this file. \\quit');
   });

@@ -495,3 +495,132 @@ describe('purge against concurrent sessions', () => {
     assert.ok(revived.epoch! > deadGrant.epoch! + 1n);
   });
 });
+
+/*
+ * Purge racing acquire, renew and release, interleaving by interleaving (the home of the
+ * former isolation specs purge-vs-acquire and purge-vs-renew-release). The epoch floor is
+ * one per database, so each test gets a database of its own: its epochs are then exact.
+ */
+describe('purge races, each in a fresh database', { concurrency: true }, () => {
+  async function fresh<T>(body: (own: TestDatabase) => Promise<T>): Promise<T> {
+    const own = await createTestDatabase();
+    try {
+      return await body(own);
+    } finally {
+      await own.close();
+    }
+  }
+
+  for (const end of ['COMMIT', 'ROLLBACK'] as const) {
+    test(`an acquire of a key an open purge deletes waits for it; after the purge's ${end} it gets epoch 3`, () =>
+      fresh(async (own) => {
+        const k = await acquire(own.pool, 'k', 'a', '1 hour');
+        await release(own.pool, 'k', 'a', k.epoch);
+        const h = await acquire(own.pool, 'h', 'a', '1 hour');
+        await using iso = await Isolation.open(own.url, ['purger', 'other']);
+        const { purger, other } = iso.named;
+        await purger.query('BEGIN');
+        assert.equal(await purge(purger, '0'), 1);
+        const step = other.start(acquireCall('k', 'b', '1 hour'));
+        await iso.untilBlocked(step, purger);
+        await purger.query(end);
+        const granted = await step.result();
+        assert.deepEqual([granted.acquired, granted.epoch], [true, 3n]);
+        assert.deepEqual(
+          (await list(own.pool, null, false)).map((r) => [r.key, r.held, r.owner, r.epoch]),
+          [
+            ['h', true, 'a', String(h.epoch)],
+            ['k', true, 'b', '3'],
+          ],
+        );
+      }));
+  }
+
+  test('a purge skips a key whose grant is uncommitted, without waiting for it', () =>
+    fresh(async (own) => {
+      const k = await acquire(own.pool, 'k', 'a', '1 hour');
+      await release(own.pool, 'k', 'a', k.epoch);
+      await using iso = await Isolation.open(own.url, ['purger', 'other']);
+      const { purger, other } = iso.named;
+      await other.query('BEGIN');
+      assert.equal((await other.run(acquireCall('k', 'b', '1 hour'))).epoch, 3n);
+      // query() fails with StepBlockedError if the purge waits for the uncommitted grant.
+      assert.equal(Number((await purger.query("SELECT lease.purge('0')::int AS n")).rows[0].n), 0);
+      await other.query('COMMIT');
+      const seen = await inspect(own.pool, 'k');
+      assert.deepEqual([seen?.held, seen?.owner, seen?.epoch], [true, 'b', 3n]);
+    }));
+
+  test('an acquire whose insert waited while another granted, released and purged the key gets epoch 3, not 1 again', () =>
+    fresh(async (own) => {
+      await using iso = await Isolation.open(own.url, ['s2', 's3']);
+      const { s2, s3 } = iso.named;
+      await s3.query('BEGIN');
+      assert.equal((await s3.run(acquireCall('n', 'c', '1 hour'))).epoch, 1n);
+      const step = s2.start(acquireCall('n', 'b', '1 hour'));
+      await iso.untilBlocked(step, s3);
+      assert.equal((await s3.run(releaseCall('n', 'c', 1n))).status, 'ok');
+      assert.equal(await purge(s3, '0'), 1);
+      await s3.query('COMMIT');
+      const granted = await step.result();
+      assert.deepEqual([granted.acquired, granted.epoch], [true, 3n]);
+      const seen = await inspect(own.pool, 'n');
+      assert.deepEqual([seen?.held, seen?.owner, seen?.epoch], [true, 'b', 3n]);
+    }));
+
+  test('under REPEATABLE READ the same race fails the acquire with 40001 and grants nothing', () =>
+    fresh(async (own) => {
+      await using iso = await Isolation.open(own.url, ['s2', 's3']);
+      const { s2, s3 } = iso.named;
+      await s2.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      await s2.query("SELECT count(*) FROM lease.inspect('n')"); // takes the snapshot
+      await s3.query('BEGIN');
+      assert.equal((await s3.run(acquireCall('n', 'c', '1 hour'))).epoch, 1n);
+      const step = s2.start(acquireCall('n', 'b', '1 hour'));
+      await iso.untilBlocked(step, s3);
+      assert.equal((await s3.run(releaseCall('n', 'c', 1n))).status, 'ok');
+      assert.equal(await purge(s3, '0'), 1);
+      await s3.query('COMMIT');
+      const error = await step.error();
+      assert.equal(error.code, '40001', error.message);
+      await s2.query('ROLLBACK');
+      assert.equal(await inspect(own.pool, 'n'), undefined);
+    }));
+
+  test('a lapsed grant stays final across a purge: lapsed while it is open, without waiting; not_owner after', () =>
+    fresh(async (own) => {
+      const l = await acquire(own.pool, 'l', 'a', '300 milliseconds');
+      await acquire(own.pool, 'h', 'a', '1 hour');
+      await sleepPast(own.pool, l.expiresAt);
+      await using iso = await Isolation.open(own.url, ['purger', 'holder']);
+      const { purger, holder } = iso.named;
+      await purger.query('BEGIN');
+      assert.equal(await purge(purger, '0'), 1);
+      // run() fails with StepBlockedError if either call waits for the purge.
+      assert.deepEqual(await holder.run(renewCall('l', 'a', l.epoch, '1 hour')), { status: 'lapsed', expiresAt: null });
+      assert.deepEqual(await holder.run(releaseCall('l', 'a', l.epoch)), { status: 'lapsed' });
+      await purger.query('COMMIT');
+      assert.deepEqual(await holder.run(renewCall('l', 'a', l.epoch, '1 hour')), { status: 'not_owner', expiresAt: null });
+      assert.deepEqual(await holder.run(releaseCall('l', 'a', l.epoch)), { status: 'not_owner' });
+      assert.deepEqual(
+        (await list(own.pool, null, false)).map((r) => r.key),
+        ['h'],
+      );
+    }));
+
+  test('an uncommitted release is skipped by a purge; once committed the key is purged and its next grant is epoch 3', () =>
+    fresh(async (own) => {
+      const h = await acquire(own.pool, 'h', 'a', '1 hour');
+      await using iso = await Isolation.open(own.url, ['purger', 'holder']);
+      const { purger, holder } = iso.named;
+      await holder.query('BEGIN');
+      assert.equal((await holder.run(releaseCall('h', 'a', h.epoch))).status, 'ok');
+      // query() fails with StepBlockedError if the purge waits for the uncommitted release.
+      assert.equal(Number((await purger.query("SELECT lease.purge('0')::int AS n")).rows[0].n), 0);
+      await holder.query('COMMIT');
+      assert.equal(Number((await purger.query("SELECT lease.purge('0')::int AS n")).rows[0].n), 1);
+      assert.equal(await inspect(own.pool, 'h'), undefined);
+      const next = await holder.run(acquireCall('h', 'b', '1 hour'));
+      assert.deepEqual([next.acquired, next.epoch], [true, 3n]);
+    }));
+});

@@ -1,10 +1,11 @@
 /**
- * SEMANTICS.md §10 "Install and upgrade safety": only the current version, 0.2.1, can be
- * installed (0.1.0 in particular is not), and `ALTER EXTENSION pg_lease UPDATE` from 0.1.0 and
- * from 0.2.0 runs one direct update script each and gives exactly the objects of a fresh 0.2.1
- * install, while every lease keeps its owner, epoch and expiry. The released install scripts of
- * 0.1.0 and 0.2.0 exist only as the test fixtures extension/test/fixtures/pg_lease--<v>.sql,
- * staged into this file's private server.
+ * SEMANTICS.md §10 "Install and upgrade safety": only the current version (CURRENT_VERSION,
+ * 0.2.2) can be installed (0.1.0 in particular is not), and `ALTER EXTENSION pg_lease UPDATE`
+ * from each earlier version (0.1.0, 0.2.0, 0.2.1) runs one direct update script and gives
+ * exactly the objects of a fresh install of the current version, while every lease keeps its
+ * owner, epoch and expiry. The released install scripts of the earlier versions exist only as
+ * the test fixtures extension/test/fixtures/pg_lease--<v>.sql, staged into this file's private
+ * server.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -16,17 +17,23 @@ import pg from 'pg';
 import { PgCluster, extensionFiles } from 'pg-lease-testing';
 import {
   CATALOG_QUERY,
-  FIXTURE_0_1_0,
-  FIXTURE_0_2_0,
+  CURRENT_VERSION as CURRENT,
+  EARLIER_VERSIONS,
   copyExtensionSource,
   make,
   pgConfigForMake,
   skipWithoutMake,
 } from '../support/releases.js';
 
-/** The versions a database may be on before it updates, each with its released install script. */
-const EARLIER = ['0.1.0', '0.2.0'] as const;
-const CURRENT = '0.2.1';
+/** The versions a database may be on before it updates. */
+const EARLIER = EARLIER_VERSIONS.map((earlier) => earlier.version);
+
+/** What the package ships and make installs: the install script and one direct update each. */
+const SHIPPED = [
+  ...EARLIER.map((from) => `pg_lease--${from}--${CURRENT}.sql`),
+  `pg_lease--${CURRENT}.sql`,
+  'pg_lease.control',
+].sort();
 
 /**
  * A server that once had 0.2.0 installed keeps its update script pg_lease--0.1.0--0.2.0.sql,
@@ -45,7 +52,7 @@ before(async () => {
   const staleStep = path.join(staleDir, 'pg_lease--0.1.0--0.2.0.sql');
   fs.writeFileSync(staleStep, STALE_STEP);
   cluster = await PgCluster.start({
-    extraExtensionFiles: [FIXTURE_0_1_0, FIXTURE_0_2_0, staleStep],
+    extraExtensionFiles: [...EARLIER_VERSIONS.map((earlier) => earlier.fixture), staleStep],
   });
 });
 after(async () => {
@@ -72,17 +79,12 @@ async function extversion(client: pg.Client): Promise<string> {
 }
 
 describe('shipped versions', () => {
-  test('the package ships the 0.2.1 install script and a direct update from 0.1.0 and from 0.2.0, no other install script', () => {
+  test(`the package ships the ${CURRENT} install script and a direct update from each of ${EARLIER.join(', ')}, no other install script`, () => {
     const shipped = extensionFiles().map((file) => path.basename(file));
-    assert.deepEqual(shipped.sort(), [
-      'pg_lease--0.1.0--0.2.1.sql',
-      'pg_lease--0.2.0--0.2.1.sql',
-      'pg_lease--0.2.1.sql',
-      'pg_lease.control',
-    ]);
+    assert.deepEqual(shipped.sort(), SHIPPED);
   });
 
-  test('a server with the shipped files offers only 0.2.1 to CREATE EXTENSION', async () => {
+  test(`a server with the shipped files offers only ${CURRENT} to CREATE EXTENSION`, async () => {
     await using plain = await PgCluster.start();
     const { rows } = await plain.query(
       `SELECT version FROM pg_available_extension_versions WHERE name = 'pg_lease' ORDER BY 1`,
@@ -108,7 +110,7 @@ describe('shipped versions', () => {
 
 describe('make install', () => {
   test(
-    'builds the scripts from src, installs them, and removes the 0.1.0 and 0.2.0 scripts an earlier install left, so neither version is installable',
+    'builds the scripts from src, installs them, and removes the 0.1.0, 0.2.0 and 0.2.1 scripts an earlier install left, so no earlier version is installable',
     { skip: skipWithoutMake() },
     () => {
       const source = copyExtensionSource();
@@ -118,16 +120,18 @@ describe('make install', () => {
         const destdir = path.join(path.dirname(source.dir), 'destdir');
         const extensionDir = path.join(destdir, sharedir.stdout.trim(), 'extension');
         fs.mkdirSync(extensionDir, { recursive: true });
-        for (const stale of ['pg_lease--0.1.0.sql', 'pg_lease--0.2.0.sql', 'pg_lease--0.1.0--0.2.0.sql'])
+        for (const stale of [
+          'pg_lease--0.1.0.sql',
+          'pg_lease--0.2.0.sql',
+          'pg_lease--0.1.0--0.2.0.sql',
+          'pg_lease--0.2.1.sql',
+          'pg_lease--0.1.0--0.2.1.sql',
+          'pg_lease--0.2.0--0.2.1.sql',
+        ])
           fs.writeFileSync(path.join(extensionDir, stale), '-- stale\n');
         const result = make(source.dir, 'install', `DESTDIR=${destdir}`);
         assert.equal(result.status, 0, result.stdout + result.stderr);
-        assert.deepEqual(fs.readdirSync(extensionDir).sort(), [
-          'pg_lease--0.1.0--0.2.1.sql',
-          'pg_lease--0.2.0--0.2.1.sql',
-          'pg_lease--0.2.1.sql',
-          'pg_lease.control',
-        ]);
+        assert.deepEqual(fs.readdirSync(extensionDir).sort(), SHIPPED);
       } finally {
         source.rm();
       }
@@ -136,7 +140,7 @@ describe('make install', () => {
 });
 
 describe('the update paths', () => {
-  test('PostgreSQL sees one direct script from each earlier version to 0.2.1', async () => {
+  test(`PostgreSQL sees one direct script from each earlier version to ${CURRENT}`, async () => {
     const db = await database();
     try {
       const { rows } = await db.query(
@@ -146,8 +150,7 @@ describe('the update paths', () => {
       assert.deepEqual(rows, [
         // The stale step this file's server carries (see STALE_STEP).
         { source: '0.1.0', target: '0.2.0', path: '0.1.0--0.2.0' },
-        { source: '0.1.0', target: '0.2.1', path: '0.1.0--0.2.1' },
-        { source: '0.2.0', target: '0.2.1', path: '0.2.0--0.2.1' },
+        ...EARLIER.map((from) => ({ source: from, target: CURRENT, path: `${from}--${CURRENT}` })),
       ]);
     } finally {
       await db.end();
@@ -155,7 +158,7 @@ describe('the update paths', () => {
   });
 
   for (const from of EARLIER) {
-    test(`ALTER EXTENSION pg_lease UPDATE TO '0.2.1' from ${from} runs the direct script`, async () => {
+    test(`ALTER EXTENSION pg_lease UPDATE TO '${CURRENT}' from ${from} runs the direct script`, async () => {
       const db = await database();
       try {
         await db.query(`CREATE EXTENSION pg_lease VERSION '${from}'`);
@@ -171,7 +174,7 @@ describe('the update paths', () => {
 
 for (const from of EARLIER) {
   describe(`ALTER EXTENSION pg_lease UPDATE from ${from}`, () => {
-    test('gives exactly the catalog of a fresh 0.2.1 install', async () => {
+    test(`gives exactly the catalog of a fresh ${CURRENT} install`, async () => {
       const fresh = await database();
       const updated = await database();
       try {
@@ -306,74 +309,77 @@ describe('ALTER EXTENSION pg_lease UPDATE from 0.1.0 keeps the state', () => {
   });
 });
 
-describe('ALTER EXTENSION pg_lease UPDATE from 0.2.0 keeps the state', () => {
-  test('keeps held, released, lapsed and purged keys: owner, epoch, expiry, release time and the epoch floor', async () => {
-    const db = await database();
-    try {
-      await db.query(`CREATE EXTENSION pg_lease VERSION '0.2.0'`);
-      // Each release moves the key's epoch on by one, as a grant does.
-      const grantAndRelease = async (key: string) => {
-        const { rows } = await db.query(`SELECT epoch FROM lease.acquire($1, 'a', '1 hour')`, [
-          key,
-        ]);
-        const released = await db.query(`SELECT status FROM lease.release($1, 'a', $2)`, [
-          key,
-          rows[0].epoch,
-        ]);
-        assert.equal(released.rows[0].status, 'ok');
-      };
-      // A key granted twice (epochs 1 and 3, released at 4) and purged: the floor is 4.
-      await grantAndRelease('purged');
-      await grantAndRelease('purged');
-      assert.equal((await db.query(`SELECT lease.purge('0 seconds') AS n`)).rows[0].n, '1');
-      await db.query(`SELECT lease.acquire('held', 'a', '1 hour')`);
-      await grantAndRelease('released');
-      await db.query(`SELECT lease.acquire('lapsed', 'a', '1 millisecond')`);
-      for (let i = 0; i < 3; i++) await grantAndRelease('bumped');
-      await db.query(`SELECT pg_sleep(0.01)`);
-      // 0.2.0's columns, so that a column a later version adds does not count as a change.
-      const rowsQuery = `SELECT key, owner, epoch, expires_at, released_at, watched_until
-                           FROM lease.leases ORDER BY key`;
-      const floorQuery = `SELECT * FROM lease.epoch_floor`;
-      const before = (await db.query(rowsQuery)).rows;
-      const floorBefore = (await db.query(floorQuery)).rows;
-      assert.deepEqual(floorBefore, [{ singleton: true, epoch: '4' }]);
-      const filesBefore = await stateFiles(db, true);
-      await db.query('ALTER EXTENSION pg_lease UPDATE');
-      assert.equal(await extversion(db), CURRENT);
-      assert.deepEqual(await stateFiles(db, true), filesBefore);
-      assert.deepEqual((await db.query(rowsQuery)).rows, before);
-      assert.deepEqual((await db.query(floorQuery)).rows, floorBefore);
-      const seen = await db.query(
-        `SELECT k, i.* FROM unnest(ARRAY['held', 'released', 'lapsed', 'bumped', 'purged']) AS k,
-                LATERAL lease.inspect(k) AS i ORDER BY k`,
-      );
-      // A purged key has no row, like a key never granted: inspect answers nothing for it.
-      assert.deepEqual(
-        seen.rows.map((r) => [r.k, r.held, r.owner, String(r.epoch)]),
-        [
-          ['bumped', false, null, '10'],
-          ['held', true, 'a', '5'],
-          ['lapsed', false, null, '5'],
-          ['released', false, null, '6'],
-        ],
-      );
-      // Epochs go on from where 0.2.0 left them; the purged key starts above the floor.
-      const next = await db.query(
-        `SELECT k, a.epoch FROM unnest(ARRAY['released', 'lapsed', 'bumped', 'purged']) AS k,
-                LATERAL lease.acquire(k, 'b', '1 hour') AS a ORDER BY k`,
-      );
-      assert.deepEqual(
-        next.rows.map((r) => [r.k, String(r.epoch)]),
-        [
-          ['bumped', '11'],
-          ['lapsed', '6'],
-          ['purged', '5'],
-          ['released', '7'],
-        ],
-      );
-    } finally {
-      await db.end();
-    }
+// 0.2.0 and 0.2.1 have the same tables.
+for (const from of ['0.2.0', '0.2.1'] as const) {
+  describe(`ALTER EXTENSION pg_lease UPDATE from ${from} keeps the state`, () => {
+    test('keeps held, released, lapsed and purged keys: owner, epoch, expiry, release time and the epoch floor', async () => {
+      const db = await database();
+      try {
+        await db.query(`CREATE EXTENSION pg_lease VERSION '${from}'`);
+        // Each release moves the key's epoch on by one, as a grant does.
+        const grantAndRelease = async (key: string) => {
+          const { rows } = await db.query(`SELECT epoch FROM lease.acquire($1, 'a', '1 hour')`, [
+            key,
+          ]);
+          const released = await db.query(`SELECT status FROM lease.release($1, 'a', $2)`, [
+            key,
+            rows[0].epoch,
+          ]);
+          assert.equal(released.rows[0].status, 'ok');
+        };
+        // A key granted twice (epochs 1 and 3, released at 4) and purged: the floor is 4.
+        await grantAndRelease('purged');
+        await grantAndRelease('purged');
+        assert.equal((await db.query(`SELECT lease.purge('0 seconds') AS n`)).rows[0].n, '1');
+        await db.query(`SELECT lease.acquire('held', 'a', '1 hour')`);
+        await grantAndRelease('released');
+        await db.query(`SELECT lease.acquire('lapsed', 'a', '1 millisecond')`);
+        for (let i = 0; i < 3; i++) await grantAndRelease('bumped');
+        await db.query(`SELECT pg_sleep(0.01)`);
+        // 0.2.0's columns, so that a column a later version adds does not count as a change.
+        const rowsQuery = `SELECT key, owner, epoch, expires_at, released_at, watched_until
+                             FROM lease.leases ORDER BY key`;
+        const floorQuery = `SELECT * FROM lease.epoch_floor`;
+        const before = (await db.query(rowsQuery)).rows;
+        const floorBefore = (await db.query(floorQuery)).rows;
+        assert.deepEqual(floorBefore, [{ singleton: true, epoch: '4' }]);
+        const filesBefore = await stateFiles(db, true);
+        await db.query('ALTER EXTENSION pg_lease UPDATE');
+        assert.equal(await extversion(db), CURRENT);
+        assert.deepEqual(await stateFiles(db, true), filesBefore);
+        assert.deepEqual((await db.query(rowsQuery)).rows, before);
+        assert.deepEqual((await db.query(floorQuery)).rows, floorBefore);
+        const seen = await db.query(
+          `SELECT k, i.* FROM unnest(ARRAY['held', 'released', 'lapsed', 'bumped', 'purged']) AS k,
+                  LATERAL lease.inspect(k) AS i ORDER BY k`,
+        );
+        // A purged key has no row, like a key never granted: inspect answers nothing for it.
+        assert.deepEqual(
+          seen.rows.map((r) => [r.k, r.held, r.owner, String(r.epoch)]),
+          [
+            ['bumped', false, null, '10'],
+            ['held', true, 'a', '5'],
+            ['lapsed', false, null, '5'],
+            ['released', false, null, '6'],
+          ],
+        );
+        // Epochs go on from where the earlier version left them; the purged key starts above the floor.
+        const next = await db.query(
+          `SELECT k, a.epoch FROM unnest(ARRAY['released', 'lapsed', 'bumped', 'purged']) AS k,
+                  LATERAL lease.acquire(k, 'b', '1 hour') AS a ORDER BY k`,
+        );
+        assert.deepEqual(
+          next.rows.map((r) => [r.k, String(r.epoch)]),
+          [
+            ['bumped', '11'],
+            ['lapsed', '6'],
+            ['purged', '5'],
+            ['released', '7'],
+          ],
+        );
+      } finally {
+        await db.end();
+      }
+    });
   });
-});
+}

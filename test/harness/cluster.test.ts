@@ -17,6 +17,7 @@ import {
   reservePort,
 } from 'pg-lease-testing';
 import { waitFor } from '../support/helpers.js';
+import { CURRENT_VERSION } from '../support/releases.js';
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures');
 const fixture = path.join(fixtures, 'hold-cluster.js');
@@ -45,7 +46,7 @@ describe('throwaway cluster', () => {
               (SELECT default_version FROM pg_available_extensions WHERE name = 'pg_lease') AS available`,
     );
     assert.equal(rows[0]!.version.split(' ')[0], wanted.version);
-    assert.equal(rows[0]!.available, '0.2.1');
+    assert.equal(rows[0]!.available, CURRENT_VERSION);
   });
 
   test('never runs the server as root', () => {

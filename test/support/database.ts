@@ -5,6 +5,7 @@
  * a test file run on its own starts a throwaway cluster instead.
  */
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { PgCluster } from 'pg-lease-testing';
 
@@ -15,7 +16,10 @@ export interface TestDatabase {
   urlAs(user: string): string;
   /** A pool on the database; ended by close(). */
   pool: pg.Pool;
-  /** Drops the database (or destroys the private cluster). */
+  /**
+   * Drops the database (or destroys the private cluster). Call it once every connection the
+   * test made to the database has been ended: the drop first waits for their backends to exit.
+   */
   close(): Promise<void>;
 }
 
@@ -56,9 +60,7 @@ export async function createTestDatabase(
     }
   }
   const pool = new pg.Pool({ connectionString: url, max: 20 });
-  // close() ends the pool and then drops the database WITH (FORCE); pg-pool resolves end()
-  // before every socket has closed, so a connection may still be terminated by the drop. That
-  // error is expected and must not surface as an uncaught exception of the test file.
+  // Only a connection the test left open is terminated by close(); see dropDatabase.
   pool.on('error', () => undefined);
   pool.on('connect', (client) => client.on('error', () => undefined));
   return {
@@ -75,15 +77,56 @@ export async function createTestDatabase(
         await cluster.destroy();
         return;
       }
-      const client = new pg.Client({ connectionString: adminUrl });
-      await client.connect();
-      try {
-        await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      } finally {
-        await client.end();
-      }
+      await dropDatabase(adminUrl, name);
     },
   };
+}
+
+/** How long close() waits for the backends of ended connections to exit before forcing. */
+const BACKENDS_EXIT_MS = 10_000;
+const BACKENDS_POLL_MS = 10;
+
+/**
+ * Drops the database once its client backends have exited, WITH (FORCE) only for those still
+ * there after {@link BACKENDS_EXIT_MS}: connections the test left open.
+ *
+ * Forcing at once races with connections the test did end. pg-pool's `end()` resolves as soon
+ * as it has asked each connection to end (Terminate sent, socket half-closed), before any
+ * backend has read that Terminate; on a loaded machine a backend is still there milliseconds
+ * later, and the drop's SIGTERM makes it send FATAL 57P01 ("terminating connection due to
+ * administrator command") to its ending client. The client emits that as 'error', the idle
+ * listener pg-pool leaves on a removed client re-emits it on the pool, and a pool of the test's
+ * own without an 'error' listener (its LeaseClient removes its listener at end()) turns it
+ * into an uncaught exception that fails whichever test is running.
+ */
+async function dropDatabase(adminUrl: string, name: string): Promise<void> {
+  const client = new pg.Client({
+    connectionString: adminUrl,
+    application_name: 'pg_lease_test:drop',
+  });
+  await client.connect();
+  try {
+    const deadline = Date.now() + BACKENDS_EXIT_MS;
+    for (;;) {
+      const { rows } = await client.query<{ pids: number[] }>(
+        `SELECT coalesce(array_agg(pid), '{}') AS pids FROM pg_stat_activity
+          WHERE datname = $1 AND backend_type = 'client backend'`,
+        [name],
+      );
+      if (rows[0]!.pids.length === 0) break;
+      if (Date.now() > deadline) {
+        console.error(
+          `pg_lease test: connections to ${name} left open (backends ${rows[0]!.pids.join(', ')}); ` +
+            'the drop terminates them',
+        );
+        break;
+      }
+      await sleep(BACKENDS_POLL_MS);
+    }
+    await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  } finally {
+    await client.end();
+  }
 }
 
 function withPath(url: string, database: string): string {

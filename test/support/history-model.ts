@@ -14,10 +14,18 @@
  * - a transaction committed within [endLo, endHi]: after the last clock reading taken inside it,
  *   before the first reading its session took after the commit returned (an autocommit call's
  *   own t1 and its session's next statement);
- * - a call read the key's committed state at one instant of its *state window*: [t0, t1] under
- *   READ COMMITTED (each statement takes its snapshots inside itself), the window of the
- *   statement that took the snapshot under REPEATABLE READ (the runner takes it with a clock
- *   reading right after BEGIN).
+ * - a call read the key's committed state at one instant of its *state window*. Under READ
+ *   COMMITTED that is [t0, t1] for a call whose function is VOLATILE: each of its statements
+ *   takes a snapshot of its own inside the call. inspect and list are STABLE: they read with the
+ *   snapshot of the SELECT that calls them, and the runner sends that SELECT with the extended
+ *   query protocol (Parse, Bind, Describe, Execute, Sync), under which the server takes the
+ *   SELECT's snapshot at Bind (PortalStart) but sets statement_timestamp() again when Execute
+ *   arrives (postgres.c sets it for each of those messages). A backend that loses the CPU
+ *   between Bind and Execute thus reads a state older than t0. Their window therefore starts
+ *   at `sent`, the session's last clock reading before the request left the client (the runner
+ *   takes one right before each of these calls, so that the window stays narrow).
+ *   Under REPEATABLE READ it is the window of the statement that took the snapshot (the runner
+ *   takes it with a clock reading right after BEGIN, a simple query).
  *
  * A write of another transaction is then *visible* to a call for certain when it committed before
  * the call's state window began, *maybe* when the windows overlap, and not at all when it committed
@@ -119,6 +127,11 @@ export interface Call {
    */
   t0: bigint;
   t1: bigint;
+  /**
+   * A server time before the request left the client: the t1 of the session's previous
+   * statement (or clock reading). The snapshot of the call's own SELECT is taken after it.
+   */
+  sent: bigint;
   response?: Response;
   error?: { code: string; message: string; detail?: string };
 }
@@ -179,9 +192,17 @@ interface OrderItem {
 const RENEW_OPS = new Set(['renew', 'renew_many', 'release', 'release_many']);
 const FENCE_OPS = new Set(['fence', 'fenced_insert', 'fenced_update']);
 
+/**
+ * Calls of STABLE functions, which read with the snapshot of the SELECT that calls them: taken at
+ * Bind, which may come before the statement_timestamp() of Execute (t0). See the header.
+ */
+export const STATEMENT_SNAPSHOT_OPS: ReadonlySet<Request['op']> = new Set(['inspect', 'list']);
+
 function view(call: Call): View {
   if (call.txn.isolation === 'repeatable read')
     return { call, stateLo: call.txn.snapLo!, stateHi: call.txn.snapHi! };
+  if (STATEMENT_SNAPSHOT_OPS.has(call.request.op))
+    return { call, stateLo: call.sent, stateHi: call.t1 };
   return { call, stateLo: call.t0, stateHi: call.t1 };
 }
 
@@ -884,7 +905,8 @@ function shortKey(key: string, prefix: string): string {
 
 /** One call on one line: number, session, transaction, server times, request and answer. */
 export function describeCall(call: Call, base: bigint, prefix = ''): string {
-  const ms = (t: bigint) => `${t < base ? '-' : '+'}${(Number(t - base) / 1000).toFixed(3)}`;
+  const ms = (t: bigint) =>
+    `${t < base ? '-' : '+'}${(Math.abs(Number(t - base)) / 1000).toFixed(3)}`;
   const k = (key: string) => shortKey(key, prefix);
   const r = call.request;
   const d = (us: bigint) => `${Number(us) / 1000}ms`;
@@ -962,6 +984,9 @@ export function describeCall(call: Call, base: bigint, prefix = ''): string {
   const outcome = txn.outcome === 'committed' ? 'committed' : txn.outcome;
   return (
     `#${call.id} s${call.session} ${where} ${outcome} [${ms(call.t0)} .. ${ms(call.t1)}] ` +
+    (STATEMENT_SNAPSHOT_OPS.has(r.op) && txn.isolation !== 'repeatable read'
+      ? `(sent after ${ms(call.sent)}) `
+      : '') +
     `${r.op}(${args}) -> ${answer}` +
     (txn.isolation === 'autocommit' || txn.outcome !== 'committed'
       ? ''

@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import type { TestDatabase } from './database.js';
 import {
+  STATEMENT_SNAPSHOT_OPS,
   checkHistory,
   generator,
   type Call,
@@ -103,7 +104,7 @@ function states(rows: Row[]): KeyState[] {
 }
 
 /** The statement of a request, and how to read its answer. */
-function statement(request: Request): {
+export function statement(request: Request): {
   text: string;
   values: unknown[];
   parse(rows: Row[]): Response;
@@ -295,6 +296,10 @@ class Worker {
   }
 
   async call(txn: Txn, request: Request): Promise<Call> {
+    // The snapshot of a list or inspect may be older than its statement_timestamp(), by the
+    // time between its Bind and its Execute; the model bounds it by the reading before it.
+    if (STATEMENT_SNAPSHOT_OPS.has(request.op) && txn.isolation !== 'repeatable read')
+      await this.marker();
     const call: Call = {
       id: this.run.calls.length,
       session: this.id,
@@ -303,6 +308,7 @@ class Worker {
       request,
       t0: 0n,
       t1: 0n,
+      sent: this.#lastT1,
     };
     this.run.calls.push(call);
     txn.calls.push(call);

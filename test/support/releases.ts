@@ -17,6 +17,22 @@ export const FIXTURE_0_1_0 = path.join(FIXTURES, 'pg_lease--0.1.0.sql');
 /** The released 0.2.0 install script (no longer shipped: 0.2.0 databases update to 0.2.1). */
 export const FIXTURE_0_2_0 = path.join(FIXTURES, 'pg_lease--0.2.0.sql');
 
+/** The released 0.2.1 install script (no longer shipped: 0.2.1 databases update to 0.2.2). */
+export const FIXTURE_0_2_1 = path.join(FIXTURES, 'pg_lease--0.2.1.sql');
+
+/**
+ * The version CREATE EXTENSION pg_lease installs: default_version in extension/pg_lease.control.
+ * The tests that name the current version take it from here.
+ */
+export const CURRENT_VERSION = '0.2.2';
+
+/** Every released version a database may be on before it updates, with its install script. */
+export const EARLIER_VERSIONS = [
+  { version: '0.1.0', fixture: FIXTURE_0_1_0 },
+  { version: '0.2.0', fixture: FIXTURE_0_2_0 },
+  { version: '0.2.1', fixture: FIXTURE_0_2_1 },
+] as const;
+
 /** Every catalog fact about pg_lease's objects that an update must reproduce. */
 export const CATALOG_QUERY = `
   WITH members AS (

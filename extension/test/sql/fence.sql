@@ -2,7 +2,7 @@
 -- fence: lease.fence and the lease.fence_row trigger (SEMANTICS.md §10
 -- Fence).  Every refusal with its DETAIL, invalid input, the trigger's
 -- checks, and a table owner that is no superuser and cannot read
--- lease.leases.  The races are in the isolation specs fence-*.
+-- lease.leases.  The races are in test/extension/fence.test.ts.
 --
 CREATE EXTENSION pg_lease;
 \set SHOW_CONTEXT never

@@ -4,7 +4,7 @@
 -- Timing is checked as booleans with generous slack for slow machines; the
 -- contract's bound is wait + one poll interval (50 ms) + one attempt, and
 -- the tests allow 500 ms on top of wait + 50 ms.  Races with other sessions
--- are in the isolation specs.
+-- are in test/extension/concurrency.test.ts (waiting acquires).
 --
 CREATE EXTENSION pg_lease;
 \pset null '(null)'

@@ -304,8 +304,8 @@ export class Waiting {
         }
         let until =
           listening && answer.notifies ? sentAt + WATCH_MS / 2 : receivedAt + this.#pollMs;
-        if (state?.held && answer.remainingUs !== null)
-          until = Math.min(until, receivedAt + Math.max(0, answer.remainingUs));
+        if (state?.held && answer.remainingMs !== null)
+          until = Math.min(until, receivedAt + Math.max(0, answer.remainingMs));
         else until = Math.min(until, receivedAt + this.#pollMs);
         await stop.sleepUntil(until, subscription.changed(seen));
       }

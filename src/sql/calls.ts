@@ -345,8 +345,8 @@ export interface ObservedState {
   state: { held: boolean; owner: string | null; epoch: bigint; expiresAt: Date | null } | null;
   /** A release will notify (the key is marked by `lease.watch`); false without `watchMs`. */
   notifies: boolean;
-  /** Time left on the holder's grant as the server measured it, in microseconds. */
-  remainingUs: number | null;
+  /** Time left on the holder's grant as the server measured it, in milliseconds. */
+  remainingMs: number | null;
 }
 
 /**
@@ -378,7 +378,7 @@ export async function observeState(
     [key],
   );
   const row = rows[0];
-  if (!row) return { state: null, notifies: false, remainingUs: null };
+  if (!row) return { state: null, notifies: false, remainingMs: null };
   return {
     state: {
       held: row.held,
@@ -387,7 +387,7 @@ export async function observeState(
       expiresAt: dateFromMs(row.expires_ms),
     },
     notifies: row.notifies,
-    remainingUs: row.remaining_us,
+    remainingMs: msFromUs(row.remaining_us),
   };
 }
 

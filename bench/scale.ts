@@ -180,6 +180,26 @@ async function clientPhase(url: string): Promise<void> {
       values: [key, owner, epoch],
     });
   };
+  // The calls as a user writes them by hand: plain pool.query, unnamed, every column.
+  const hand: Cycle = async (worker, round) => {
+    const key = `hand-${worker}`;
+    const owner = `hand-${worker}-${round}`;
+    const a = await pool.query('SELECT * FROM lease.acquire($1, $2, $3::interval)', [
+      key,
+      owner,
+      '30 seconds',
+    ]);
+    if (!a.rows[0].acquired) throw new Error(`${key} not acquired`);
+    const epoch = a.rows[0].epoch as string;
+    const r = await pool.query('SELECT * FROM lease.renew($1, $2, $3, $4::interval)', [
+      key,
+      owner,
+      epoch,
+      '30 seconds',
+    ]);
+    if (r.rows[0].status !== 'ok') throw new Error(`${key} not renewed`);
+    await pool.query('SELECT * FROM lease.release($1, $2, $3)', [key, owner, epoch]);
+  };
   const viaClient =
     (client: LeaseClient, tag: string): Cycle =>
     async (worker) => {
@@ -192,45 +212,50 @@ async function clientPhase(url: string): Promise<void> {
     'client-unnamed': viaClient(unnamed, 'unnamed'),
     'client-coalesce': viaClient(coalescing, 'coalesce'),
     'sql-prepared': sql,
+    'sql-hand': hand,
   };
   const result: Record<string, unknown> = {};
   md.push('## Client vs SQL: acquire + renew + release', '');
   md.push(
-    '| workers | client p50 µs | SQL prepared p50 µs | client / SQL (p50) | client unnamed p50 µs | client coalesce p50 µs | client cycles/s | SQL cycles/s | client coalesce cycles/s | client / SQL (rate) | target |',
-    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+    '| workers | client p50 µs | SQL by hand p50 µs | client / hand (p50) | client / hand (rate) | SQL prepared p50 µs | client / prepared (p50) | client / prepared (rate) | client unnamed p50 µs | client coalesce p50 µs | client cycles/s | hand cycles/s | prepared cycles/s | client coalesce cycles/s | target |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
   );
   for (const workers of [1, 16]) {
     await runFor(workers, 1_000, arms.client); // warm-up: connections and statements
     await runFor(workers, 1_000, arms['sql-prepared']);
     await runFor(workers, 1_000, arms['client-unnamed']);
     await runFor(workers, 1_000, arms['client-coalesce']);
+    await runFor(workers, 1_000, arms['sql-hand']);
     const r = await interleaved(arms, workers, quick ? 3 : 8, quick ? 1_000 : 2_000);
     result[workers] = r;
     const c = r.client!;
     const s = r['sql-prepared']!;
     const u = r['client-unnamed']!;
     const k = r['client-coalesce']!;
+    const h = r['sql-hand']!;
     md.push(
-      `| ${workers} | ${c.p50Us.toFixed(0)} | ${s.p50Us.toFixed(0)} | ${(c.p50Us / s.p50Us).toFixed(2)} | ${u.p50Us.toFixed(0)} | ${k.p50Us.toFixed(0)} | ${c.cyclesPerSecond.toFixed(0)} | ${s.cyclesPerSecond.toFixed(0)} | ${k.cyclesPerSecond.toFixed(0)} | ${(c.cyclesPerSecond / s.cyclesPerSecond).toFixed(2)} | p50 ≤ 1.05x |`,
+      `| ${workers} | ${c.p50Us.toFixed(0)} | ${h.p50Us.toFixed(0)} | ${(c.p50Us / h.p50Us).toFixed(2)} | ${(h.cyclesPerSecond / c.cyclesPerSecond).toFixed(2)} | ${s.p50Us.toFixed(0)} | ${(c.p50Us / s.p50Us).toFixed(2)} | ${(s.cyclesPerSecond / c.cyclesPerSecond).toFixed(2)} | ${u.p50Us.toFixed(0)} | ${k.p50Us.toFixed(0)} | ${c.cyclesPerSecond.toFixed(0)} | ${h.cyclesPerSecond.toFixed(0)} | ${s.cyclesPerSecond.toFixed(0)} | ${k.cyclesPerSecond.toFixed(0)} | client ≤ 1.05x hand |`,
     );
   }
   md.push(
     '',
     'CPU per cycle (robust to a loaded machine: waiting for a core costs no CPU time), µs, client process / server:',
     '',
-    '| workers | client | client unnamed | client coalesce | SQL prepared |',
-    '|---:|---:|---:|---:|---:|',
+    '| workers | client | client unnamed | client coalesce | SQL prepared | SQL by hand |',
+    '|---:|---:|---:|---:|---:|---:|',
   );
   for (const workers of [1, 16]) {
     const r = result[workers] as Record<string, ArmResult>;
     const cell = (a: ArmResult) => `${a.clientCpuUs.toFixed(0)} / ${a.serverCpuUs.toFixed(0)}`;
     md.push(
-      `| ${workers} | ${cell(r.client!)} | ${cell(r['client-unnamed']!)} | ${cell(r['client-coalesce']!)} | ${cell(r['sql-prepared']!)} |`,
+      `| ${workers} | ${cell(r.client!)} | ${cell(r['client-unnamed']!)} | ${cell(r['client-coalesce']!)} | ${cell(r['sql-prepared']!)} | ${cell(r['sql-hand']!)} |`,
     );
   }
   md.push(
     '',
     'Medians over alternating slices; each cycle is three autocommit calls on a key of the worker’s own. ' +
+      "`SQL by hand` is the three calls as a user writes them: `pool.query('SELECT * FROM lease.acquire($1, $2, $3::interval)', [...])` and so on, unnamed, checking acquired and status; `SQL prepared` names them and selects only the columns read. " +
+      'The rate ratios are time per cycle, client / SQL (the inverse of cycles per second), so above 1 means the client is slower. ' +
       '`client unnamed` is the client with `preparedStatements: false`: the difference to `client` is what named statements save per cycle. ' +
       '`client coalesce` is the client with `coalesce: true` and one owner for the process: calls made in the same tick share acquire_many / renew_many / release_many statements.',
     '',

@@ -182,7 +182,11 @@ describe("libpq's URL forms (its docs' Connection URIs), as psql takes them", ()
       const env = pgEnv({});
       const installed = await runCli(['install', '--from-bundle', '--url', url, '--json'], env);
       assert.equal(installed.code, 0, installed.stdout + installed.stderr);
-      assert.deepEqual(parseJson(installed), { version: CURRENT_VERSION, method: 'bundle', created: true });
+      assert.deepEqual(parseJson(installed), {
+        version: CURRENT_VERSION,
+        method: 'bundle',
+        created: true,
+      });
       const again = await runCli(['install', '--from-bundle', '--url', url], env);
       assert.equal(again.code, 0, again.stderr);
       assert.match(again.stdout, /already installed/);

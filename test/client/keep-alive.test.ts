@@ -434,7 +434,10 @@ describe('deadline without keep-alive', () => {
  * refuses as a whole used to fail every handle in it, on every retry, until they all lapsed.
  */
 describe('keep-alive: one bad key costs no other key its lease', () => {
-  const TTL = '1s';
+  // Long enough that a loaded box (npm test beside another CPU load) renews in time; without
+  // the fallback every lease lapses after one ttl, so two ttls of waiting tell the difference.
+  const TTL_MS = 2_000;
+  const TTL = `${TTL_MS}ms`;
   const UNRELATED = 40;
 
   /** Acquires `keys` for `owner` at once with keep-alive, so that their renewals share ticks. */
@@ -447,9 +450,9 @@ describe('keep-alive: one bad key costs no other key its lease', () => {
     );
   }
 
-  /** Waits three ttls, then checks that each handle is held and that nobody else can take it. */
+  /** Waits two ttls, then checks that each handle is held and that nobody else can take it. */
   async function assertAllKept(leases: Lease[]): Promise<void> {
-    await sleep(3_000);
+    await sleep(2 * TTL_MS);
     const lost = leases.filter((lease) => lease.signal.aborted);
     assert.deepEqual(
       lost.map((lease) => `${lease.key}: ${String(lease.signal.reason)}`),

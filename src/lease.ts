@@ -15,12 +15,12 @@ import { LeaseError, LeaseLostError, type LostStatus } from './errors.js';
 import type { LeaseStatus, RenewCall, RenewItem } from './sql/calls.js';
 import { observed, publish } from './events.js';
 import {
-  MAX_TIMER_MS,
   keepAliveRetryMs,
   type KeepAliveOps,
   type KeepAliveOptions,
   type Scheduler,
 } from './keeper.js';
+import { Deadlines } from './deadlines.js';
 import { validateInput } from './validation.js';
 
 export type { LeaseStatus, RenewCall } from './sql/calls.js';
@@ -66,6 +66,8 @@ const SETTLED: Promise<void> = Promise.resolve();
 
 /** See the static block of {@link Lease}. */
 let keepAliveOps: KeepAliveOps<Lease>;
+/** The deadline timers of all handles (see deadlines.ts). */
+let deadlines: Deadlines<Lease>;
 
 /**
  * A held lease. Act on the resource only while `signal` is not aborted, and pass `epoch` to
@@ -107,9 +109,8 @@ export class Lease implements AsyncDisposable {
   #expiresAt: Date;
   #ttlMicroseconds: number;
   #deadline: number;
-  #timer: NodeJS.Timeout | undefined;
-  /** When the armed timer fires (monotonic ms). */
-  #timerAt = 0;
+  /** The whole millisecond its deadline timer is due at (see {@link deadlines}); undefined when none is armed. */
+  #timerAt: number | undefined;
   #keeper: Scheduler | undefined;
   /** The last of the renewals queued on this handle, until it settles (see #renewSerialized). */
   #renewals: Promise<unknown> | undefined;
@@ -183,6 +184,12 @@ export class Lease implements AsyncDisposable {
       },
       renewOne: (lease) => lease.#renewSerialized(undefined, true),
     };
+    deadlines = new Deadlines((lease, at) => {
+      // Not re-armed since (nor stopped): the timer of this handle.
+      if (lease.#timerAt !== at) return;
+      lease.#timerAt = undefined;
+      lease.#armDeadline();
+    });
   }
 
   /** The batch renewal that was out has settled: renewals waiting for it go on. */
@@ -421,20 +428,15 @@ export class Lease implements AsyncDisposable {
     // within a millisecond of the server expiry, which the deadline precedes by little more
     // than the renew's trip to the server.
     if (deadlinePassed(this.#deadline, now)) {
-      clearTimeout(this.#timer);
-      this.#timer = undefined;
+      this.#timerAt = undefined;
       this.#lose('expired', this.#lastFailure);
       return;
     }
-    if (this.#timer !== undefined && this.#timerAt <= this.#deadline) return;
-    clearTimeout(this.#timer);
-    const delay = Math.min(Math.floor(this.#deadline - now), MAX_TIMER_MS);
-    this.#timerAt = now + delay;
-    this.#timer = setTimeout(() => {
-      this.#timer = undefined;
-      this.#armDeadline();
-    }, delay);
-    this.#timer.unref();
+    if (this.#timerAt !== undefined && this.#timerAt <= this.#deadline) return;
+    // The last whole millisecond not after the deadline: due then, at least 1 ms from now.
+    const at = Math.floor(this.#deadline);
+    this.#timerAt = at;
+    deadlines.add(this, at);
   }
 
   #lose(status: LostStatus, cause?: unknown): void {
@@ -455,8 +457,7 @@ export class Lease implements AsyncDisposable {
   }
 
   #stop(reason: LeaseError | 'released'): void {
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
+    this.#timerAt = undefined;
     this.#keeper?.stop();
     if (this.#ended) return;
     this.#ended = reason;

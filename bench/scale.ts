@@ -54,6 +54,7 @@ const { values } = parseArgs({
     ttl: { type: 'string' },
     interval: { type: 'string' },
     window: { type: 'string' },
+    redraw: { type: 'string' },
     out: { type: 'string' },
     help: { type: 'boolean' },
   },
@@ -63,7 +64,16 @@ if (values.help) {
       [--phases client,batch,peers,capacity] [--out DIR]
       capacity: [--leases 10000,100000,1000000] [--ttl 30s] [--interval 10s] [--window SECONDS]
         --window  how long each size is kept alive after its grants (default 45, quick 25);
-                  the run writes capacity-<leases>.svg: leases lost, CPU and heap over time`);
+                  the run writes capacity-<leases>.svg: leases lost, CPU and heap over time
+      --redraw DIR  only redraw the capacity charts of the run in DIR from its summary.json`);
+  process.exit(0);
+}
+if (values.redraw) {
+  // Redraws a run's capacity charts from its summary.json (after a change to the chart).
+  const { capacity } = JSON.parse(
+    fs.readFileSync(path.join(values.redraw, 'summary.json'), 'utf8'),
+  ) as { capacity: Parameters<typeof writeCapacityChart>[1][] };
+  for (const row of capacity) writeCapacityChart(values.redraw, row);
   process.exit(0);
 }
 const quick = values.quick ?? false;
@@ -530,6 +540,51 @@ interface CapacitySample {
   closest: number | null;
 }
 
+/** capacity-<leases>.svg: lost leases, CPU, heap and the closest expiry over the window. */
+function writeCapacityChart(
+  dir: string,
+  row: { leases: number; ttl: string; interval: string; series: CapacitySample[] },
+): void {
+  const chart = `capacity-${row.leases}.svg`;
+  const { ttl, interval } = row;
+  fs.writeFileSync(
+    path.join(dir, chart),
+    lineChart({
+      title: `${row.leases.toLocaleString('en')} leases kept alive by one client`,
+      subtitle: `ttl ${ttl}, renewed every ${interval}; each point the 10 s before it`,
+      xLabel: 'seconds since the grants',
+      panels: [
+        {
+          yLabel: 'leases lost',
+          lines: [{ series: 'lost', points: row.series.map((p) => ({ x: p.t, y: p.lost })) }],
+        },
+        {
+          yLabel: 'CPU (cores)',
+          lines: [
+            { series: 'server', points: row.series.map((p) => ({ x: p.t, y: p.serverCores })) },
+            { series: 'client', points: row.series.map((p) => ({ x: p.t, y: p.clientCores })) },
+          ],
+          references: [{ value: 1, label: 'goal: 1 core each' }],
+        },
+        {
+          yLabel: 'client heap (MB)',
+          lines: [{ series: 'heapUsed', points: row.series.map((p) => ({ x: p.t, y: p.heapMB })) }],
+          references: [{ value: (row.leases * 1000) / 2 ** 20, label: 'goal: 1 kB a lease' }],
+        },
+        {
+          yLabel: 'closest to expiry (s)',
+          lines: [
+            {
+              series: 'least left',
+              points: row.series.map((p) => ({ x: p.t, y: p.closest ?? NaN })),
+            },
+          ],
+        },
+      ],
+    }),
+  );
+}
+
 async function capacityPhase(cluster: PgCluster, url: string): Promise<void> {
   const sizes = values.leases
     ? values.leases.split(',').map(Number)
@@ -686,43 +741,7 @@ async function capacityPhase(cluster: PgCluster, url: string): Promise<void> {
     md.push(
       `| ${run.leases} | ${grantSeconds.toFixed(0)} s | ${cores.toFixed(3)} | ${row.serverCoresWithoutSampler.toFixed(3)} | ${row.clientCores.toFixed(3)} | ${walPerSecond.toFixed(0)} | ${closest.toFixed(1)} | ${lost} | ${row.renewStatementsPerSecond.toFixed(1)} | ${bytes(heapPerLease)} | ${bytes(heapPerLeaseAtEnd)} |`,
     );
-    const chart = `capacity-${run.leases}.svg`;
-    fs.writeFileSync(
-      path.join(out, chart),
-      lineChart({
-        title: `${run.leases.toLocaleString('en')} leases kept alive by one client`,
-        subtitle: `ttl ${ttl}, renewed every ${interval}; each point the 10 s before it`,
-        xLabel: 'seconds since the grants',
-        panels: [
-          {
-            yLabel: 'leases lost',
-            lines: [{ series: 'lost', points: series.map((p) => ({ x: p.t, y: p.lost })) }],
-          },
-          {
-            yLabel: 'CPU (cores)',
-            lines: [
-              { series: 'server', points: series.map((p) => ({ x: p.t, y: p.serverCores })) },
-              { series: 'client', points: series.map((p) => ({ x: p.t, y: p.clientCores })) },
-            ],
-            references: [{ value: 1, label: 'goal: 1 core each' }],
-          },
-          {
-            yLabel: 'client heap (MB)',
-            lines: [{ series: 'heapUsed', points: series.map((p) => ({ x: p.t, y: p.heapMB })) }],
-            references: [{ value: (run.leases * 1000) / 2 ** 20, label: 'goal: 1 kB a lease' }],
-          },
-          {
-            yLabel: 'closest to expiry (s)',
-            lines: [
-              {
-                series: 'least left',
-                points: series.map((p) => ({ x: p.t, y: p.closest ?? NaN })),
-              },
-            ],
-          },
-        ],
-      }),
-    );
+    writeCapacityChart(out, row);
     // The handles release themselves: with coalesce, one release_many per 10000 keys. A lost
     // handle's release answers how it was lost.
     await Promise.all(leases.map((l) => l!.release().catch(() => undefined)));

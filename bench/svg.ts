@@ -190,7 +190,8 @@ export function lineChart(options: {
     const top = margin.top + pi * (panelH + gap);
     const values = panel.lines.flatMap((l) => l.points.map((pt) => pt.y));
     values.push(...(panel.references ?? []).map((r) => r.value));
-    const maxValue = Math.max(...values.filter(Number.isFinite), 1e-9) * 1.1;
+    // At least 1: a panel of zeros (no lease lost) gets a 0 to 1 axis, not one of 1e-9ths.
+    const maxValue = Math.max(...values.filter(Number.isFinite), 1) * 1.1;
     const y = (v: number) => top + panelH * (1 - v / maxValue);
     for (const tick of niceTicks(0, maxValue, false)) {
       const ty = y(tick);

@@ -200,12 +200,15 @@ export class LeaseClient implements AsyncDisposable {
       notifications: options.notifications ?? 'auto',
       onConnectionError: reportConnectionError,
     }));
-    this.#group = new KeepAliveGroup({ hold: () => session.holdRenewals() });
+    this.#group = new KeepAliveGroup({
+      hold: () => session.holdRenewals(),
+      renewBatch: (items) => session.renewBatch(items),
+    });
     this.#calls = {
       renew: (key, owner, epoch, ttlMicroseconds) =>
         session.renew(key, owner, epoch, ttlMicroseconds),
       release: (key, owner, epoch) => session.release(key, owner, epoch),
-      scheduler: (renew, ttlMs, keepAlive) => this.#group.scheduler(renew, ttlMs, keepAlive),
+      scheduler: (ops, lease, keepAlive) => this.#group.member(ops, lease, keepAlive),
     };
     this.#waiting = new Waiting(session, options);
   }

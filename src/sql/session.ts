@@ -154,6 +154,20 @@ export class Session {
   }
 
   /**
+   * The keep-alive's renewals of one owner and ttl in one renew_many that skips locked rows
+   * (such a key's answer is a promise: it is renewed on its own). A statement the server
+   * refuses for its input (one key it cannot take) is sent again as single renews, so that
+   * the key's problem costs no other key its lease.
+   */
+  renewBatch(items: RenewItem[]): Promise<(RenewCall | Promise<RenewCall>)[]> {
+    const wire = this.#wire;
+    return renewManySkippingLocked(wire, items).catch((error: unknown) => {
+      if (!isRefusedInput(error)) throw error;
+      return items.map((i) => renewOne(wire, i.key, i.owner, i.epoch, i.ttlMicroseconds));
+    });
+  }
+
+  /**
    * Holds the renewer open: the renews made until the returned function is called go out
    * together, one `lease.renew_many` per owner and ttl (the keep-alive's ticks).
    */

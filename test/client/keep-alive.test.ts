@@ -551,3 +551,79 @@ describe('keep-alive: one bad key costs no other key its lease', () => {
       }
     });
 });
+
+describe('keep-alive at scale: batches and the shared deadline timer', () => {
+  test('12 000 handles renew in statements of at most 5000 keys, and a renew() during one waits for it', async () => {
+    const counts: number[] = [];
+    const counting = new pg.Pool({
+      connectionString: db.url,
+      max: 4,
+      Client: class extends pg.Client {
+        override query(...args: unknown[]): never {
+          const first = args[0] as { text?: string; values?: unknown[] } | string;
+          // The keep-alive's statements skip locked rows; acquireMany's first renewal of grants
+          // that arrived late (one per acquire_many statement) does not.
+          if (
+            typeof first === 'object' &&
+            first.text?.includes('lease.renew_many') &&
+            first.text.includes(', true)')
+          )
+            counts.push((first.values?.[0] as unknown[]).length);
+          return (super.query as (...a: unknown[]) => never)(...args);
+        }
+      },
+    });
+    const scaled = new LeaseClient(counting);
+    try {
+      const keys = Array.from({ length: 12_000 }, () => uniqueKey('scale'));
+      const leases = (await scaled.acquireMany(keys, {
+        ttl: '6s',
+        owner: 'worker-scale',
+        keepAlive: { interval: '1s' },
+      })) as Lease[];
+      const first = leases.map((lease) => lease.expiresAt.getTime());
+      // renew() calls made while the keep-alive's statements are out queue behind them.
+      await waitFor('a keep-alive statement', () => counts.length > 0, 5_000);
+      const renewed = await Promise.all(leases.slice(0, 50).map((lease) => lease.renew()));
+      assert.equal(renewed.length, 50);
+      await waitFor(
+        'every handle renewed',
+        () => leases.every((lease, i) => lease.expiresAt.getTime() > first[i]!),
+        10_000,
+      );
+      assert.ok(counts.length >= 3, `${counts.length} statements`);
+      assert.ok(Math.max(...counts) <= 5_000, `largest statement: ${Math.max(...counts)} keys`);
+      assert.ok(leases.every((lease) => lease.lost === undefined && !lease.signal.aborted));
+      await scaled.releaseMany(leases);
+    } finally {
+      await scaled.end();
+      await counting.end();
+    }
+  });
+
+  test('handles without keep-alive are lost at their own deadlines, in order, with one timer for all', async () => {
+    const leases = await Promise.all(
+      [900, 300, 600].map(
+        async (ms) => (await client.acquire(uniqueKey('deadlines'), { ttl: `${ms}ms` }))!,
+      ),
+    );
+    const lost: { index: number; ms: number }[] = [];
+    const start = performance.now();
+    leases.forEach((lease, index) =>
+      lease.signal.addEventListener('abort', () =>
+        lost.push({ index, ms: performance.now() - start }),
+      ),
+    );
+    // A renewal moves one deadline later: its earlier list entry is skipped.
+    await leases[1]!.renew('1200ms');
+    await waitFor('three losses', () => lost.length === 3, 5_000);
+    assert.deepEqual(
+      lost.map((l) => l.index),
+      [2, 0, 1],
+      JSON.stringify(lost),
+    );
+    assert.ok(lost[2]!.ms > 1_000, JSON.stringify(lost));
+    assert.ok(leases.every((lease) => lease.lost?.status === 'expired'));
+    await Promise.all(leases.map((lease) => lease.release()));
+  });
+});

@@ -151,3 +151,88 @@ export function barChart(options: ChartOptions): string {
   parts.push('</svg>');
   return parts.join('\n') + '\n';
 }
+
+/** One panel of a {@link lineChart}: lines over a shared x axis. */
+export interface LinePanel {
+  yLabel: string;
+  lines: { series: string; points: { x: number; y: number }[] }[];
+  /** Horizontal reference lines, e.g. a goal. */
+  references?: { value: number; label: string }[];
+}
+
+/** Renders panels stacked over one x axis (a run over time) as a standalone SVG document. */
+export function lineChart(options: {
+  title: string;
+  subtitle?: string;
+  xLabel: string;
+  panels: LinePanel[];
+}): string {
+  const width = 760;
+  const panelH = 150;
+  const gap = 36;
+  const margin = { top: 56, right: 150, bottom: 48, left: 72 };
+  const plotW = width - margin.left - margin.right;
+  const height = margin.top + options.panels.length * (panelH + gap) - gap + margin.bottom;
+  const xs = options.panels.flatMap((p) => p.lines.flatMap((l) => l.points.map((pt) => pt.x)));
+  const xMax = Math.max(1, ...xs.filter(Number.isFinite));
+  const x = (v: number) => margin.left + (plotW * v) / xMax;
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="${width / 2}" y="22" text-anchor="middle" font-size="16" font-weight="bold">${escape(options.title)}</text>`,
+  ];
+  if (options.subtitle)
+    parts.push(
+      `<text x="${width / 2}" y="40" text-anchor="middle" fill="#555">${escape(options.subtitle)}</text>`,
+    );
+  let color = 0;
+  options.panels.forEach((panel, pi) => {
+    const top = margin.top + pi * (panelH + gap);
+    const values = panel.lines.flatMap((l) => l.points.map((pt) => pt.y));
+    values.push(...(panel.references ?? []).map((r) => r.value));
+    // At least 1: a panel of zeros (no lease lost) gets a 0 to 1 axis, not one of 1e-9ths.
+    const maxValue = Math.max(...values.filter(Number.isFinite), 1) * 1.1;
+    const y = (v: number) => top + panelH * (1 - v / maxValue);
+    for (const tick of niceTicks(0, maxValue, false)) {
+      const ty = y(tick);
+      parts.push(
+        `<line x1="${margin.left}" x2="${margin.left + plotW}" y1="${ty}" y2="${ty}" stroke="#e5e5e5"/>`,
+        `<text x="${margin.left - 6}" y="${ty + 4}" text-anchor="end" fill="#333">${formatTick(tick)}</text>`,
+      );
+    }
+    parts.push(
+      `<text transform="translate(18 ${top + panelH / 2}) rotate(-90)" text-anchor="middle">${escape(panel.yLabel)}</text>`,
+      `<line x1="${margin.left}" x2="${margin.left}" y1="${top}" y2="${top + panelH}" stroke="#333"/>`,
+      `<line x1="${margin.left}" x2="${margin.left + plotW}" y1="${top + panelH}" y2="${top + panelH}" stroke="#333"/>`,
+    );
+    for (const reference of panel.references ?? []) {
+      const ry = y(reference.value);
+      parts.push(
+        `<line x1="${margin.left}" x2="${margin.left + plotW}" y1="${ry}" y2="${ry}" stroke="#d62728" stroke-dasharray="6,3"/>`,
+        `<text x="${margin.left + plotW - 4}" y="${ry - 4}" text-anchor="end" fill="#d62728">${escape(reference.label)}</text>`,
+      );
+    }
+    panel.lines.forEach((line, li) => {
+      const stroke = PALETTE[color++ % PALETTE.length];
+      const path = line.points
+        .filter((pt) => Number.isFinite(pt.y))
+        .map((pt, i) => `${i === 0 ? 'M' : 'L'}${x(pt.x).toFixed(1)},${y(pt.y).toFixed(1)}`)
+        .join(' ');
+      parts.push(
+        `<path d="${path}" fill="none" stroke="${stroke}" stroke-width="1.5"/>`,
+        `<rect x="${margin.left + plotW + 12}" y="${top + 8 + li * 18}" width="12" height="3" fill="${stroke}"/>`,
+        `<text x="${margin.left + plotW + 28}" y="${top + 13 + li * 18}">${escape(line.series)}</text>`,
+      );
+    });
+  });
+  const bottom = height - margin.bottom;
+  for (const tick of niceTicks(0, xMax, false))
+    parts.push(
+      `<text x="${x(tick)}" y="${bottom + 16}" text-anchor="middle" fill="#333">${formatTick(tick)}</text>`,
+    );
+  parts.push(
+    `<text x="${margin.left + plotW / 2}" y="${bottom + 36}" text-anchor="middle">${escape(options.xLabel)}</text>`,
+    '</svg>',
+  );
+  return parts.join('\n') + '\n';
+}

@@ -1,11 +1,13 @@
 /**
- * The client: pg_lease's SQL API over node-postgres. It validates input, keeps time for
- * handles and waits between attempts; every decision about a lease is the server's.
+ * The client: pg_lease's SQL API over node-postgres, as orchestration of the layers below it.
+ * It reads options and validates input, publishes the acquire events and hands out handles;
+ * an acquire goes to wait.ts (one attempt, or a wait), which goes to the session (sql/) and
+ * makes the handle (lease.ts, the one place a grant becomes a handle), without calling back
+ * into the client. Every decision about a lease is the server's.
  */
 import { performance } from 'node:perf_hooks';
-import pg from 'pg';
+import type pg from 'pg';
 import type { Duration } from './duration.js';
-import { byOwnerAndTtl, Coalescer } from './coalescer.js';
 import {
   LeaseAbortedError,
   LeaseInvalidInputError,
@@ -31,33 +33,12 @@ import {
   type ListOptions,
   type PurgeOptions,
 } from './operations.js';
-import {
-  acquireMany,
-  acquireOne,
-  inspectOne,
-  measureDeadline,
-  releaseMany,
-  releaseOne,
-  renewMany,
-  renewManySkippingLocked,
-  renewOne,
-  type AcquiredRow,
-  type AcquireItem,
-  type ReleaseItem,
-  type RenewItem,
-} from './sql/calls.js';
-import { isPool, isRefusedInput } from './sql/connection.js';
-import { watchPool, Wire } from './sql/wire.js';
+import type { AcquiredRow, ReleaseItem } from './sql/calls.js';
+import { Session } from './sql/session.js';
 import { defaultOwner } from './owner.js';
 import { MAX_BATCH_KEYS } from './sql/statements.js';
 import { illFormedText, validateInput } from './validation.js';
-import {
-  Waiting,
-  type AttemptResult,
-  type Follow,
-  type HolderState,
-  type WaitingOptions,
-} from './wait.js';
+import { Waiting, type WaitingOptions } from './wait.js';
 
 /**
  * Where the client sends its calls: a `pg.Pool` (recommended), a dedicated `pg.Client`, or a
@@ -199,14 +180,8 @@ export interface RenewResult {
  * });
  */
 export class LeaseClient implements AsyncDisposable {
-  readonly #db: pg.Pool | pg.ClientBase;
-  readonly #ownsPool: boolean;
-  readonly #unwatchPool: (() => void) | undefined;
   readonly #owner: string | undefined;
-  readonly #wire: Wire;
-  readonly #renewer: Coalescer<RenewItem, RenewCall>;
-  readonly #releaser: Coalescer<ReleaseItem, LeaseStatus>;
-  readonly #acquirer: Coalescer<AcquireItem, AcquiredRow> | undefined;
+  readonly #session: Session;
   readonly #group: KeepAliveGroup;
   readonly #calls: LeaseCalls;
   readonly #waiting: Waiting;
@@ -218,62 +193,25 @@ export class LeaseClient implements AsyncDisposable {
    *   {@link end}, so that it does not end the process, and reports it as `connectionError`.
    */
   constructor(database: LeaseDatabase, options: LeaseClientOptions = {}) {
-    if (typeof database === 'string') {
-      this.#db = new pg.Pool({ connectionString: database });
-      this.#ownsPool = true;
-    } else {
-      this.#db = database;
-      this.#ownsPool = false;
-    }
-    // An idle connection that breaks (server restart) is dropped by the pool, which then emits
-    // 'error': with no listener that would end the process, also for a pool passed in. The
-    // next call opens a new connection, so the error is only reported (`connectionError`).
-    if (isPool(this.#db)) this.#unwatchPool = watchPool(this.#db);
     this.#owner = options.owner;
-    const wire = (this.#wire = new Wire(this.#db, options.preparedStatements ?? true));
-    const coalesce = options.coalesce ?? false;
-    this.#renewer = new Coalescer<RenewItem, RenewCall>(
-      byOwnerAndTtl,
-      (i) => renewOne(wire, i.key, i.owner, i.epoch, i.ttlMicroseconds),
-      // A key locked by another transaction (a fenced one, say) is renewed on its own, so
-      // that it holds up no other key's renewal.
-      (items) => renewManySkippingLocked(wire, items),
-      coalesce,
-      // A renew_many the server refuses as invalid input (one key it cannot take) is sent
-      // again as single renews: that key's problem must not cost every other key its lease.
-      isRefusedInput,
-    );
-    // Without `coalesce` a release goes out at once, unless releaseMany holds the releaser open.
-    this.#releaser = new Coalescer<ReleaseItem, LeaseStatus>(
-      byOwnerAndTtl,
-      (i) => releaseOne(wire, i.key, i.owner, i.epoch),
-      (items) => releaseMany(wire, items),
-      coalesce,
-    );
-    if (coalesce) {
-      this.#acquirer = new Coalescer<AcquireItem, AcquiredRow>(
-        byOwnerAndTtl,
-        (i) => acquireOne(wire, i.key, i.owner, i.ttlMicroseconds),
-        (items) =>
-          acquireMany(
-            wire,
-            items.map((i) => i.key),
-            items[0]!.owner,
-            items[0]!.ttlMicroseconds,
-          ),
-        true,
-      );
-    }
-    this.#group = new KeepAliveGroup(this.#renewer);
+    const session = (this.#session = new Session(database, {
+      preparedStatements: options.preparedStatements ?? true,
+      coalesce: options.coalesce ?? false,
+      notifications: options.notifications ?? 'auto',
+      onConnectionError: reportConnectionError,
+    }));
+    this.#group = new KeepAliveGroup({
+      hold: () => session.holdRenewals(),
+      renewBatch: (items) => session.renewBatch(items),
+    });
     this.#calls = {
       renew: (key, owner, epoch, ttlMicroseconds) =>
-        this.#renewer.submit({ key, owner, epoch, ttlMicroseconds }),
-      release: (key, owner, epoch) => this.#releaser.submit({ key, owner, epoch }),
-      scheduler: (renew, ttlMs, keepAlive) => this.#group.scheduler(renew, ttlMs, keepAlive),
+        session.renew(key, owner, epoch, ttlMicroseconds),
+      release: (key, owner, epoch) => session.release(key, owner, epoch),
+      scheduler: (ops, lease, keepAlive) => this.#group.member(ops, lease, keepAlive),
     };
-    this.#waiting = new Waiting(this.#db, options);
+    this.#waiting = new Waiting(session, options);
   }
-
   /**
    * Acquires `key`: resolves with a {@link Lease}, or with `null` when another owner holds it
    * (`wait` 0, the default). With `wait` > 0 it waits for the key and rejects with
@@ -300,60 +238,25 @@ export class LeaseClient implements AsyncDisposable {
     });
     const { signal } = options;
     if (signal?.aborted) throw new LeaseAbortedError(key, { cause: signal.reason as unknown });
-    const attempt = (follow: Follow | undefined, attemptSignal: AbortSignal | undefined) =>
-      this.#attempt(key, owner, input.ttlMicroseconds, keepAlive, follow, attemptSignal);
     const startedAt = performance.now();
     let lease: Lease | null;
     try {
-      lease =
-        input.waitMicroseconds === 0
-          ? await this.#acquireOnce(key, signal, attempt)
-          : await this.#waiting.wait(key, input.waitMicroseconds / 1000, signal, attempt);
+      lease = await this.#waiting.acquire(
+        { key, owner, ttlMicroseconds: input.ttlMicroseconds, keepAlive, calls: this.#calls },
+        input.waitMicroseconds / 1000,
+        signal,
+      );
     } catch (error) {
-      if (error instanceof LeaseTimeoutError && observed('notAcquired'))
-        publish('notAcquired', {
-          key,
-          owner,
-          reason: 'timeout',
-          waitedMs: performance.now() - startedAt,
-        });
+      if (error instanceof LeaseTimeoutError)
+        publishNotAcquired(key, owner, 'timeout', performance.now() - startedAt);
       throw error;
     }
     if (!lease) {
-      if (observed('notAcquired'))
-        publish('notAcquired', {
-          key,
-          owner,
-          reason: 'held',
-          waitedMs: performance.now() - startedAt,
-        });
+      publishNotAcquired(key, owner, 'held', performance.now() - startedAt);
       return null;
     }
-    if (observed('acquired'))
-      publish('acquired', {
-        key,
-        owner,
-        epoch: lease.epoch,
-        expiresAt: lease.expiresAt,
-        waitedMs: performance.now() - startedAt,
-      });
+    publishAcquired(lease, performance.now() - startedAt);
     return lease;
-  }
-
-  /** One attempt (wait 0); an abort that races it gives back what it granted. */
-  async #acquireOnce(
-    key: string,
-    signal: AbortSignal | undefined,
-    attempt: (follow: undefined, signal: AbortSignal | undefined) => Promise<AttemptResult<Lease>>,
-  ): Promise<Lease | null> {
-    try {
-      const { lease } = await attempt(undefined, signal);
-      if (!(lease && signal?.aborted)) return lease;
-      await lease.release().catch(() => undefined);
-    } catch (error) {
-      if (!signal?.aborted) throw error;
-    }
-    throw new LeaseAbortedError(key, { cause: signal.reason as unknown });
   }
 
   /**
@@ -406,8 +309,7 @@ export class LeaseClient implements AsyncDisposable {
     const leases: (Lease | null)[] = [];
     try {
       for (let start = 0; start < keys.length; start += MAX_BATCH_KEYS) {
-        const rows = await acquireMany(
-          this.#wire,
+        const rows = await this.#session.acquireMany(
           keys.slice(start, start + MAX_BATCH_KEYS),
           owner,
           ttlMicroseconds,
@@ -417,7 +319,7 @@ export class LeaseClient implements AsyncDisposable {
       }
     } catch (error) {
       await Promise.all(
-        this.#releasesTogether(() =>
+        this.#session.releasesTogether(() =>
           leases.map((lease) => lease?.release().catch(() => undefined)),
         ),
       );
@@ -467,24 +369,11 @@ export class LeaseClient implements AsyncDisposable {
     ];
     if (violations.length > 0) throw new LeaseInvalidInputError(violations.join('; '));
     const settled = await Promise.allSettled(
-      this.#releasesTogether(() => leases.map((lease) => lease.release())),
+      this.#session.releasesTogether(() => leases.map((lease) => lease.release())),
     );
     const failure = settled.find((result) => result.status === 'rejected');
     if (failure) throw failure.reason;
     return settled.map((result) => (result as PromiseFulfilledResult<LeaseStatus>).value);
-  }
-
-  /**
-   * Runs `release` with the releaser held open: the releases it makes go out together when it
-   * returns, one `lease.release_many` per owner (see {@link Coalescer}).
-   */
-  #releasesTogether<T>(release: () => T): T {
-    const close = this.#releaser.hold();
-    try {
-      return release();
-    } finally {
-      close();
-    }
   }
 
   /**
@@ -511,7 +400,9 @@ export class LeaseClient implements AsyncDisposable {
     const periodMs = keepAlivePeriodMs(keepAlive && keepAliveIntervalMs(keepAlive), ttlMs);
     if (ttlMs - remainingMs < periodMs) return rows.map((row) => make(row));
 
-    const renewals = keepAlive ? await this.#renewGrants(rows, owner, ttlMicroseconds) : undefined;
+    const renewals = keepAlive
+      ? await this.#session.renewGrants(rows, owner, ttlMicroseconds)
+      : undefined;
     const expired: string[] = [];
     const giveBack: ReleaseItem[] = [];
     const leases = rows.map((row, i) => {
@@ -522,13 +413,7 @@ export class LeaseClient implements AsyncDisposable {
       expired.push(row.key);
       // A grant whose renewal the server refused is gone; any other may still be listed.
       if (!refused) giveBack.push({ key: row.key, owner, epoch: row.epoch! });
-      if (observed('notAcquired'))
-        publish('notAcquired', {
-          key: row.key,
-          owner,
-          reason: 'expired',
-          waitedMs: receivedAt - row.sentAt,
-        });
+      publishNotAcquired(row.key, owner, 'expired', receivedAt - row.sentAt);
       return null;
     });
     if (observed('acquireLate'))
@@ -543,34 +428,13 @@ export class LeaseClient implements AsyncDisposable {
       });
     // Best effort: a grant not given back lapses at its expiry anyway.
     await Promise.all(
-      this.#releasesTogether(() =>
-        giveBack.map((item) => this.#releaser.submit(item).catch(() => undefined)),
+      this.#session.releasesTogether(() =>
+        giveBack.map((item) =>
+          this.#session.release(item.key, item.owner, item.epoch).catch(() => undefined),
+        ),
       ),
     );
     return leases;
-  }
-
-  /**
-   * Renews one acquire_many statement's grants at once, with one renew_many from a fresh send:
-   * each row's renewal (`undefined` where not granted), or `undefined` when the renewal failed
-   * (the grants then keep the acquire's deadline).
-   */
-  async #renewGrants(
-    rows: AcquiredRow[],
-    owner: string,
-    ttlMicroseconds: number,
-  ): Promise<(RenewCall | undefined)[] | undefined> {
-    const items = rows
-      .filter((row) => row.acquired)
-      .map((row) => ({ key: row.key, owner, epoch: row.epoch!, ttlMicroseconds }));
-    let calls: RenewCall[];
-    try {
-      calls = await renewMany(this.#wire, items);
-    } catch {
-      return undefined;
-    }
-    let next = 0;
-    return rows.map((row) => (row.acquired ? calls[next++] : undefined));
   }
 
   /**
@@ -586,28 +450,16 @@ export class LeaseClient implements AsyncDisposable {
   ): Lease | null {
     const waitedMs = performance.now() - row.sentAt;
     if (!row.acquired) {
-      if (observed('notAcquired'))
-        publish('notAcquired', { key: row.key, owner, reason: 'held', waitedMs });
+      publishNotAcquired(row.key, owner, 'held', waitedMs);
       return null;
     }
-    const answer = renewal ?? row;
-    const grant = {
-      key: row.key,
-      owner,
-      epoch: row.epoch!,
-      expiresAt: answer.expiresAt!,
-      ttlMicroseconds,
-      deadline: deadlineOf(answer),
-    };
-    if (observed('acquired'))
-      publish('acquired', {
-        key: row.key,
-        owner,
-        epoch: grant.epoch,
-        expiresAt: grant.expiresAt,
-        waitedMs,
-      });
-    return new Lease(this.#calls, grant, keepAlive);
+    const lease = new Lease(
+      this.#calls,
+      { key: row.key, owner, epoch: row.epoch!, ttlMicroseconds, confirmation: renewal ?? row },
+      keepAlive,
+    );
+    publishAcquired(lease, waitedMs);
+    return lease;
   }
 
   /**
@@ -668,7 +520,7 @@ export class LeaseClient implements AsyncDisposable {
     fn: (tx: pg.ClientBase) => Promise<T> | T,
     options?: FencedOptions,
   ): Promise<T> {
-    return fencedTransaction(this.#db, lease, fn, options);
+    return fencedTransaction(this.#session.db, lease, fn, options);
   }
 
   /**
@@ -682,7 +534,7 @@ export class LeaseClient implements AsyncDisposable {
    */
   async inspect(key: string): Promise<LeaseState | null> {
     validateInput('inspect', { key });
-    return (await inspectOne(this.#wire, key)) ?? null;
+    return (await this.#session.inspect(key)) ?? null;
   }
 
   /**
@@ -693,7 +545,7 @@ export class LeaseClient implements AsyncDisposable {
    * const held = await client.list({ prefix: 'job-' });
    */
   list(options: ListOptions = {}): Promise<ListedLease[]> {
-    return listLeases(this.#db, options);
+    return listLeases(this.#session.db, options);
   }
 
   /**
@@ -704,7 +556,7 @@ export class LeaseClient implements AsyncDisposable {
    * const deleted = await client.purge({ olderThan: '7 days' });
    */
   purge(options: PurgeOptions): Promise<number> {
-    return purgeLeases(this.#db, options);
+    return purgeLeases(this.#session.db, options);
   }
 
   /**
@@ -744,8 +596,7 @@ export class LeaseClient implements AsyncDisposable {
     options: { owner: string; epoch: bigint; ttl: Duration },
   ): Promise<RenewResult> {
     const input = validateInput('renew', { key, ...options });
-    const { status, expiresAt } = await renewOne(
-      this.#wire,
+    const { status, expiresAt } = await this.#session.renewNow(
       key,
       options.owner,
       input.epoch,
@@ -763,7 +614,7 @@ export class LeaseClient implements AsyncDisposable {
    */
   async release(key: string, options: { owner: string; epoch: bigint }): Promise<LeaseStatus> {
     const input = validateInput('release', { key, ...options });
-    return releaseOne(this.#wire, key, options.owner, input.epoch);
+    return this.#session.releaseNow(key, options.owner, input.epoch);
   }
 
   /**
@@ -781,52 +632,40 @@ export class LeaseClient implements AsyncDisposable {
    * }
    */
   async end(): Promise<void> {
-    await this.#waiting.close();
-    // The client's own pool keeps its listener: sockets may still close after end() resolves.
-    if (this.#ownsPool) await (this.#db as pg.Pool).end();
-    else this.#unwatchPool?.();
+    await this.#session.end();
   }
 
   /** {@link end}, for `await using client = new LeaseClient(url)`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.end();
   }
+}
 
-  /**
-   * One non-blocking acquire, coalesced with its company when the client coalesces and nothing
-   * can cancel it. A denied attempt with `follow` also reports the holder's state in the same
-   * statement, after marking the key for notifications (`lease.watch`) or not (`lease.inspect`).
-   */
-  async #attempt(
-    key: string,
-    owner: string,
-    ttlMicroseconds: number,
-    keepAlive: KeepAliveOptions | undefined,
-    follow: Follow | undefined,
-    signal: AbortSignal | undefined,
-  ): Promise<AttemptResult<Lease>> {
-    const row: AcquiredRow & { holder?: HolderState } =
-      this.#acquirer && follow === undefined && signal === undefined
-        ? await this.#acquirer.submit({ key, owner, ttlMicroseconds })
-        : await acquireOne(this.#wire, key, owner, ttlMicroseconds, follow, signal);
-    const receivedAt = performance.now();
-    const { sentAt } = row;
-    if (!row.acquired) return { lease: null, holder: row.holder, sentAt, receivedAt };
+/** Publishes `acquired` for a handle an acquire hands out, `waitedMs` after it began. */
+function publishAcquired(lease: Lease, waitedMs: number): void {
+  if (observed('acquired'))
+    publish('acquired', {
+      key: lease.key,
+      owner: lease.owner,
+      epoch: lease.epoch,
+      expiresAt: lease.expiresAt,
+      waitedMs,
+    });
+}
 
-    const epoch = row.epoch!;
-    let deadline = deadlineOf(row);
-    // A lock wait between sending and the grant shortens that deadline by as much; after a
-    // long one, measure again from a fresh send.
-    if (receivedAt - sentAt > ttlMicroseconds / 1000 / 10)
-      deadline = Math.max(deadline, await measureDeadline(this.#wire, key, owner, epoch));
+/** Publishes `notAcquired`: why an acquire (or one key of acquireMany) hands out no handle. */
+function publishNotAcquired(
+  key: string,
+  owner: string,
+  reason: 'held' | 'timeout' | 'expired',
+  waitedMs: number,
+): void {
+  if (observed('notAcquired')) publish('notAcquired', { key, owner, reason, waitedMs });
+}
 
-    const lease = new Lease(
-      this.#calls,
-      { key, owner, epoch, expiresAt: row.expiresAt!, ttlMicroseconds, deadline },
-      keepAlive,
-    );
-    return { lease, holder: undefined, sentAt, receivedAt };
-  }
+/** Reports an error of a connection no call ran on (an idle one, the listening one). */
+function reportConnectionError(error: Error, connection: 'idle' | 'listening'): void {
+  if (observed('connectionError')) publish('connectionError', { error, connection });
 }
 
 /**

@@ -5,16 +5,10 @@
  * in between; a stale epoch makes the server refuse with PLF01, mapped to
  * {@link LeaseFencedError}.
  */
-import pg from 'pg';
-import { isConnectionGone, isPool } from './sql/connection.js';
+import type pg from 'pg';
+import { LeaseInvalidInputError } from './errors.js';
+import { BEGIN, runFencedTransaction } from './sql/fence.js';
 import { illFormedText } from './validation.js';
-import {
-  LeaseError,
-  LeaseFencedError,
-  LeaseInvalidInputError,
-  SQLSTATE,
-  STALE_EPOCH_MESSAGE,
-} from './errors.js';
 
 /**
  * What a fenced transaction is fenced by: a {@link Lease} handle, or any key and epoch (for
@@ -52,12 +46,6 @@ export interface FencedOptions {
   isolation?: FencedIsolation;
 }
 
-const BEGIN: Record<FencedIsolation, string> = {
-  'read committed': 'BEGIN ISOLATION LEVEL READ COMMITTED',
-  'repeatable read': 'BEGIN ISOLATION LEVEL REPEATABLE READ',
-  serializable: 'BEGIN ISOLATION LEVEL SERIALIZABLE',
-};
-
 /**
  * Runs `fn` in a transaction fenced by `grant`: BEGIN, `lease.fence(key, epoch)`, `fn(tx)`,
  * COMMIT. Resolves with `fn`'s result once the commit succeeded, which it does only under a
@@ -88,76 +76,12 @@ export async function fencedTransaction<T>(
   fn: (tx: pg.ClientBase) => Promise<T> | T,
   options: FencedOptions = {},
 ): Promise<T> {
-  const begin = options.isolation === undefined ? 'BEGIN' : BEGIN[options.isolation];
-  if (begin === undefined)
+  const isolation = options.isolation;
+  if (isolation !== undefined && !Object.hasOwn(BEGIN, isolation))
     throw new LeaseInvalidInputError(
-      `isolation must be one of ${Object.keys(BEGIN).join(', ')}, got ${JSON.stringify(options.isolation)}`,
+      `isolation must be one of ${Object.keys(BEGIN).join(', ')}, got ${JSON.stringify(isolation)}`,
     );
   const illFormed = typeof grant.key === 'string' ? illFormedText('key', grant.key) : undefined;
   if (illFormed !== undefined) throw new LeaseInvalidInputError(illFormed);
-  if (!isPool(database)) return runFenced(database, begin, grant, fn);
-  const connection = await database.connect();
-  let broken: Error | undefined;
-  // While `fn` awaits something else no statement runs on the connection: a server shutdown
-  // then arrives as the connection's 'error' event, which must not end the process. The
-  // transaction's next statement fails instead.
-  const onError = (error: Error) => (broken ??= error);
-  connection.on('error', onError);
-  try {
-    return await runFenced(connection, begin, grant, fn);
-  } catch (error) {
-    // Rolled back, the connection is idle and reusable; otherwise (or after a connection
-    // failure) the pool must drop it.
-    if (connection.getTransactionStatus() !== 'I' || isConnectionGone(error))
-      broken = error instanceof Error ? error : new Error(String(error));
-    throw error;
-  } finally {
-    connection.off('error', onError);
-    connection.release(broken);
-  }
-}
-
-async function runFenced<T>(
-  tx: pg.ClientBase,
-  begin: string,
-  grant: FencedGrant,
-  fn: (tx: pg.ClientBase) => Promise<T> | T,
-): Promise<T> {
-  const status = tx.getTransactionStatus();
-  if (status === 'T' || status === 'E')
-    throw new LeaseError(
-      'in_transaction',
-      'pg_lease: the connection is inside a transaction block; a fenced transaction needs a ' +
-        'connection of its own (use a pool)',
-    );
-  await tx.query(begin);
-  try {
-    await tx.query('SELECT lease.fence($1, $2::bigint)', [grant.key, grant.epoch.toString()]);
-    const result = await fn(tx);
-    // COMMIT of a transaction that a failed statement aborted answers ROLLBACK, not an error.
-    const commit = await tx.query('COMMIT');
-    if (commit.command !== 'COMMIT')
-      throw new Error(
-        'pg_lease: a statement of the fenced transaction failed, so it was rolled back ' +
-          '(the callback did not rethrow the error)',
-      );
-    return result;
-  } catch (error) {
-    // The status may still say 'T' right after an error (node-postgres rejects before the
-    // server's ReadyForQuery arrives); a ROLLBACK too many only draws a warning.
-    if (tx.getTransactionStatus() !== 'I') await tx.query('ROLLBACK').catch(() => undefined);
-    throw fencedError(error, grant);
-  }
-}
-
-/** A PLF01 refusal as {@link LeaseFencedError}; anything else unchanged. */
-function fencedError(error: unknown, grant: FencedGrant): unknown {
-  if (!(error instanceof Error)) return error;
-  const { code, detail } = error as { code?: unknown; detail?: unknown };
-  if (code !== SQLSTATE.STALE_EPOCH || error.message !== STALE_EPOCH_MESSAGE) return error;
-  return new LeaseFencedError(grant, {
-    cause: error,
-    message: error.message,
-    ...(typeof detail === 'string' ? { detail } : {}),
-  });
+  return runFencedTransaction(database, isolation, grant, fn);
 }

@@ -3,12 +3,19 @@
  * the server, or the same objects from the install script bundled in this package, for managed
  * PostgreSQL services that take no extension files.
  */
-import pg from 'pg';
+import type pg from 'pg';
 import {
   BUNDLED_INSTALL_SCRIPT,
   BUNDLED_UPDATE_SCRIPTS,
   BUNDLED_VERSION,
 } from './generated/sql.js';
+import {
+  availableExtensionVersion,
+  createExtension,
+  readPgLeaseCatalog,
+  runBundleScripts,
+  updateExtension,
+} from './sql/install.js';
 
 /**
  * How pg_lease got into a database: `extension` (CREATE EXTENSION) or `bundle` (the package's
@@ -117,16 +124,12 @@ export async function installPgLease(
         `connect as that role to install or update it`,
     );
   if (existing) return updatePgLease(database, existing);
-  if (!options.fromBundle) {
-    await database.query('CREATE EXTENSION pg_lease');
-  } else {
-    await inTransaction(database, async () => {
-      // As CREATE EXTENSION would: the script expects its schema to exist.
-      await database.query('CREATE SCHEMA lease');
-      await database.query(scriptBody(BUNDLED_INSTALL_SCRIPT));
-      await markBundle(database, BUNDLED_VERSION);
+  if (!options.fromBundle) await createExtension(database);
+  else
+    await runBundleScripts(database, [scriptBody(BUNDLED_INSTALL_SCRIPT)], {
+      createSchema: true,
+      comment: bundleComment(BUNDLED_VERSION),
     });
-  }
   const installed = await installedPgLease(database);
   if (!installed) throw new Error('pg_lease: installation finished but pg_lease is not there');
   return { ...installed, created: true };
@@ -142,44 +145,26 @@ async function updatePgLease(
   existing: { version: string; method: InstallMethod },
 ): Promise<InstallResult> {
   let target = BUNDLED_VERSION;
-  if (existing.method === 'extension') {
-    const { rows } = await database.query<{ default_version: string | null }>(
-      `SELECT default_version FROM pg_catalog.pg_available_extensions WHERE name = 'pg_lease'`,
-    );
-    target = rows[0]?.default_version ?? existing.version;
-  }
+  if (existing.method === 'extension')
+    target = (await availableExtensionVersion(database)) ?? existing.version;
   const order = compareVersions(existing.version, target);
   if (order > 0) throw new PgLeaseDowngradeError(existing.version, target);
   if (order === 0) return { version: existing.version, method: existing.method, created: false };
-  if (existing.method === 'extension') {
-    await database.query(`ALTER EXTENSION pg_lease UPDATE TO ${pg.escapeLiteral(target)}`);
-  } else {
-    await inTransaction(database, async () => {
-      for (const script of updatePath(existing.version)) await database.query(scriptBody(script));
-      await markBundle(database, BUNDLED_VERSION);
+  if (existing.method === 'extension') await updateExtension(database, target);
+  else
+    await runBundleScripts(database, updatePath(existing.version).map(scriptBody), {
+      createSchema: false,
+      comment: bundleComment(BUNDLED_VERSION),
     });
-  }
   const installed = await installedPgLease(database);
   if (!installed || installed.version !== target)
     throw new Error(`pg_lease: the update to ${target} finished but pg_lease is not at ${target}`);
   return { ...installed, created: false, updatedFrom: existing.version };
 }
 
-async function inTransaction(database: pg.ClientBase, body: () => Promise<void>): Promise<void> {
-  await database.query('BEGIN');
-  try {
-    await body();
-    await database.query('COMMIT');
-  } catch (error) {
-    await database.query('ROLLBACK').catch(() => undefined);
-    throw error;
-  }
-}
-
-async function markBundle(database: pg.ClientBase, version: string): Promise<void> {
-  await database.query(
-    `COMMENT ON SCHEMA lease IS ${pg.escapeLiteral(BUNDLE_COMMENT_PREFIX + version + BUNDLE_COMMENT_SUFFIX)}`,
-  );
+/** The comment that marks schema lease as a bundle install of `version`. */
+function bundleComment(version: string): string {
+  return BUNDLE_COMMENT_PREFIX + version + BUNDLE_COMMENT_SUFFIX;
 }
 
 /**
@@ -206,25 +191,7 @@ export async function installedPgLease(
 async function findPgLease(
   database: pg.ClientBase,
 ): Promise<{ version: string; method: InstallMethod; owner?: string; mine?: boolean } | null> {
-  const { rows } = await database.query<{
-    extversion: string | null;
-    comment: string | null;
-    owner: string | null;
-    mine: boolean | null;
-    consistent: boolean | null;
-  }>(
-    `SELECT (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_lease') AS extversion,
-            pg_catalog.obj_description(n.oid, 'pg_namespace') AS comment,
-            n.nspowner::pg_catalog.regrole::text AS owner,
-            n.nspowner = current_user::pg_catalog.regrole AS mine,
-            NOT EXISTS (SELECT FROM pg_catalog.pg_proc AS p
-                         WHERE p.pronamespace = n.oid AND p.proowner <> n.nspowner)
-            AND NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c
-                             WHERE c.relnamespace = n.oid AND c.relowner <> n.nspowner) AS consistent
-       FROM (SELECT 1) AS one
-       LEFT JOIN pg_catalog.pg_namespace AS n ON n.nspname = 'lease'`,
-  );
-  const { extversion, comment, owner, mine, consistent } = rows[0]!;
+  const { extversion, comment, owner, mine, consistent } = await readPgLeaseCatalog(database);
   if (extversion) return { version: extversion, method: 'extension' };
   if (comment?.startsWith(BUNDLE_COMMENT_PREFIX) && comment.endsWith(BUNDLE_COMMENT_SUFFIX)) {
     if (!consistent)

@@ -10,6 +10,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Duration } from './duration.js';
 import { LeaseError, LeaseLostError } from './errors.js';
+import type { RenewCall, RenewItem } from './sql/calls.js';
 import { optionMs } from './validation.js';
 
 /**
@@ -47,6 +48,30 @@ export interface Scheduler {
    */
   reschedule(since: number): void;
   stop(): void;
+}
+
+/**
+ * How the keep-alive renews a handle without a closure, promise or timer of the handle's own:
+ * one object for all handles of a kind (the handles' class holds the state), so a scheduled
+ * handle costs the scheduler a reference, and a renewal that goes into a batch statement costs
+ * no promise per handle. @internal
+ */
+export interface KeepAliveOps<H> {
+  /** The ttl in force, ms (the default interval is a third of it). */
+  ttlMs(handle: H): number;
+  /**
+   * Starts a renewal that goes out in a batch statement: its item, or `ended` (the handle is
+   * lost or released: stop), or `single` (a renewal of the handle's own is out: renew through
+   * {@link renewOne}, which queues behind it). Until {@link settle} or {@link failed}, the
+   * handle's own renewals wait for this one.
+   */
+  begin(handle: H): RenewItem | 'ended' | 'single';
+  /** The batch's answer for a begun renewal; whether the keep-alive goes on. */
+  settle(handle: H, answer: RenewCall, ttlMicroseconds: number): boolean;
+  /** A begun renewal failed without a verdict (a driver error); whether to retry. */
+  failed(handle: H, error: unknown): boolean;
+  /** One renewal on its own, queued behind the handle's others; rejects as `renew()` does. */
+  renewOne(handle: H): Promise<unknown>;
 }
 
 /**

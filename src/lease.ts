@@ -12,55 +12,62 @@
 import { performance } from 'node:perf_hooks';
 import type { Duration } from './duration.js';
 import { LeaseError, LeaseLostError, type LostStatus } from './errors.js';
+import type { LeaseStatus, RenewCall, RenewItem } from './sql/calls.js';
 import { observed, publish } from './events.js';
-import { MAX_TIMER_MS, keepAliveRetryMs, type KeepAliveOptions, type Scheduler } from './keeper.js';
+import {
+  keepAliveRetryMs,
+  type KeepAliveOps,
+  type KeepAliveOptions,
+  type Scheduler,
+} from './keeper.js';
+import { Deadlines } from './deadlines.js';
 import { validateInput } from './validation.js';
 
-/**
- * The answer of `lease.renew` and `lease.release`: `ok`, or why not, checked in this order:
- * `not_owner` (no grant, a free key, or another owner), `lapsed` (the caller's grant expired),
- * `epoch_mismatch` (the caller holds the key under another epoch).
- *
- * @example
- * import type { LeaseStatus } from 'pg-lease';
- * const stillMine = (status: LeaseStatus) => status === 'ok';
- */
-export type LeaseStatus = 'ok' | LostStatusFromServer;
-
-type LostStatusFromServer = Exclude<LostStatus, 'expired'>;
-
-/** One renew as sent and answered; what the handle needs to move its deadline. */
-export interface RenewCall {
-  status: LeaseStatus;
-  expiresAt: Date | null;
-  /** Monotonic time (performance.now()) just before the call was sent. */
-  sentAt: number;
-  /** Time left on the grant as the server measured it while answering, in milliseconds. */
-  remainingMs: number | null;
-}
+export type { LeaseStatus, RenewCall } from './sql/calls.js';
 
 /** The server calls a handle makes; provided by the client. @internal */
 export interface LeaseCalls {
   renew(key: string, owner: string, epoch: bigint, ttlMicroseconds: number): Promise<RenewCall>;
   release(key: string, owner: string, epoch: bigint): Promise<LeaseStatus>;
   /** Schedules keep-alive renewals (the client's one keep-alive group). */
-  scheduler(
-    renew: () => Promise<unknown>,
-    ttlMs: () => number,
-    options: KeepAliveOptions,
-  ): Scheduler;
+  scheduler(ops: KeepAliveOps<Lease>, handle: Lease, options: KeepAliveOptions): Scheduler;
 }
 
-/** A confirmed grant, as acquire reports it. @internal */
+/**
+ * The server's word on a grant's time left: measured while it answered a statement sent at
+ * `sentAt`. @internal
+ */
+export interface Answer {
+  /** Monotonic time (performance.now()) just before the statement was sent. */
+  sentAt: number;
+  /** Time left on the grant as the server measured it while answering, in milliseconds. */
+  remainingMs: number | null;
+}
+
+/** An answer that confirms a grant (an acquire's or a renewal's): with the server's expiry. @internal */
+export interface Confirmation extends Answer {
+  expiresAt: Date | null;
+}
+
+/** A grant the server confirmed, as a handle is made of it. @internal */
 export interface Grant {
   key: string;
   owner: string;
   epoch: bigint;
-  expiresAt: Date;
   ttlMicroseconds: number;
-  /** Monotonic deadline: see the module comment. */
-  deadline: number;
+  /** The acquire's answer, or a renewal of the grant sent since (whose expiry then counts). */
+  confirmation: Confirmation;
+  /** The time left measured again from a fresh send, when the confirmation came late. */
+  measured?: Answer;
 }
+
+/** A settled promise for a renewal that queues behind none. */
+const SETTLED: Promise<void> = Promise.resolve();
+
+/** See the static block of {@link Lease}. */
+let keepAliveOps: KeepAliveOps<Lease>;
+/** The deadline timers of all handles (see deadlines.ts). */
+let deadlines: Deadlines<Lease>;
 
 /**
  * A held lease. Act on the resource only while `signal` is not aborted, and pass `epoch` to
@@ -102,33 +109,95 @@ export class Lease implements AsyncDisposable {
   #expiresAt: Date;
   #ttlMicroseconds: number;
   #deadline: number;
-  #timer: NodeJS.Timeout | undefined;
-  /** When the armed timer fires (monotonic ms). */
-  #timerAt = 0;
+  /** The whole millisecond its deadline timer is due at (see {@link deadlines}); undefined when none is armed. */
+  #timerAt: number | undefined;
   #keeper: Scheduler | undefined;
-  #renewals: Promise<unknown> = Promise.resolve();
+  /** The last of the renewals queued on this handle, until it settles (see #renewSerialized). */
+  #renewals: Promise<unknown> | undefined;
+  /** A keep-alive renewal of a batch statement is out (see {@link keepAliveOps}). */
+  #batchOut = false;
+  /** Made when a renewal has to wait for that one: resolves when it settles. */
+  #batchSettled: { promise: Promise<void>; resolve: () => void } | undefined;
   #release: Promise<LeaseStatus> | undefined;
   /** The driver error of the last renewal, kept as the cause if the deadline passes next. */
   #lastFailure: unknown;
   /** Monotonic time the handle was made (the grant's answer), for the released event. */
   readonly #grantedAt = performance.now();
 
-  /** @internal Handles are made by {@link LeaseClient}. */
+  /**
+   * @internal The one place a grant becomes a handle, for every way of acquiring (single,
+   * waiting, coalesced, acquireMany): the handle's deadline is {@link deadlineOf} its
+   * confirmation, whichever path brought it, so that no path can count differently. Handles
+   * are made by {@link LeaseClient}.
+   */
   constructor(calls: LeaseCalls, grant: Grant, keepAlive?: KeepAliveOptions) {
     this.#calls = calls;
     this.key = grant.key;
     this.owner = grant.owner;
     this.epoch = grant.epoch;
-    this.#expiresAt = grant.expiresAt;
+    this.#expiresAt = grant.confirmation.expiresAt!;
     this.#ttlMicroseconds = grant.ttlMicroseconds;
-    this.#deadline = grant.deadline;
+    this.#deadline = deadlineOf(grant.confirmation, grant.measured);
     this.#armDeadline();
     if (keepAlive && !this.#ended) {
-      const renew = () => this.#renewSerialized(undefined, true);
-      const ttlMs = () => this.#ttlMicroseconds / 1000;
-      this.#keeper = calls.scheduler(renew, ttlMs, keepAlive);
+      this.#keeper = calls.scheduler(keepAliveOps, this, keepAlive);
       this.#keeper.start(this.#deadline - this.#ttlMicroseconds / 1000);
     }
+  }
+
+  static {
+    // The keep-alive's way into every handle, one object for all (see KeepAliveOps): no
+    // closures per handle, and a renewal in a batch statement makes no promise of its own.
+    keepAliveOps = {
+      ttlMs: (lease) => lease.#ttlMicroseconds / 1000,
+      begin: (lease) => {
+        if (lease.#ended) return 'ended';
+        // A renewal of the handle's own is out or queued: this one queues behind it.
+        if (lease.#renewals !== undefined) return 'single';
+        if (performance.now() >= lease.#deadline) {
+          lease.#lose('expired', lease.#lastFailure);
+          return 'ended';
+        }
+        lease.#batchOut = true;
+        return {
+          key: lease.key,
+          owner: lease.owner,
+          epoch: lease.epoch,
+          ttlMicroseconds: lease.#ttlMicroseconds,
+        } satisfies RenewItem;
+      },
+      settle: (lease, answer, ttlMicroseconds) => {
+        lease.#batchDone();
+        // Lost or released while the statement was out: a late success does not bring it back.
+        if (lease.#ended) return false;
+        try {
+          lease.#confirmed(answer, ttlMicroseconds);
+        } catch {
+          return false; // lost, or ended while the statement was out
+        }
+        return !lease.#ended;
+      },
+      failed: (lease, error) => {
+        lease.#batchDone();
+        lease.#failed(error, true);
+        return !lease.#ended;
+      },
+      renewOne: (lease) => lease.#renewSerialized(undefined, true),
+    };
+    deadlines = new Deadlines((lease, at) => {
+      // Not re-armed since (nor stopped): the timer of this handle.
+      if (lease.#timerAt !== at) return;
+      lease.#timerAt = undefined;
+      lease.#armDeadline();
+    });
+  }
+
+  /** The batch renewal that was out has settled: renewals waiting for it go on. */
+  #batchDone(): void {
+    this.#batchOut = false;
+    const waiting = this.#batchSettled;
+    this.#batchSettled = undefined;
+    waiting?.resolve();
   }
 
   /** @internal Whether `value` is a handle made with `calls` (one client's calls). */
@@ -255,12 +324,29 @@ export class Lease implements AsyncDisposable {
    * `byKeepAlive`: the keep-alive's own renewal, which it retries soon if it fails.
    */
   #renewSerialized(ttlMicroseconds?: number, byKeepAlive = false): Promise<Date> {
+    let prior = this.#renewals;
+    if (prior === undefined && this.#batchOut) {
+      // Behind the keep-alive's renewal in a batch statement.
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      this.#batchSettled ??= { promise, resolve };
+      prior = this.#batchSettled.promise;
+    }
     // Without a ttl (keep-alive, renew()), the ttl in force when the renewal runs: one queued
     // behind a renew(ttl) must not put the old ttl back.
-    const renewal = this.#renewals.then(() =>
+    const renewal = (prior ?? SETTLED).then(() =>
       this.#renewOnce(ttlMicroseconds ?? this.#ttlMicroseconds, byKeepAlive),
     );
-    this.#renewals = renewal.catch(() => undefined);
+    // Forgotten once settled, unless another renewal queued behind it meanwhile.
+    const last: Promise<unknown> = renewal.then(
+      () => {
+        if (this.#renewals === last) this.#renewals = undefined;
+      },
+      () => {
+        if (this.#renewals === last) this.#renewals = undefined;
+      },
+    );
+    this.#renewals = last;
     return renewal;
   }
 
@@ -272,23 +358,35 @@ export class Lease implements AsyncDisposable {
     try {
       call = await this.#calls.renew(this.key, this.owner, this.epoch, ttlMicroseconds);
     } catch (error) {
-      this.#lastFailure = error;
-      if (observed('renewalFailed')) {
-        const timeLeftMs = Math.max(0, this.#deadline - performance.now());
-        const retrying = this.#keeper !== undefined && !this.#ended && timeLeftMs > 0;
-        publish('renewalFailed', {
-          ...this.#identity(),
-          error,
-          retrying,
-          timeLeftMs,
-          // The keep-alive retries its own renewal after keepAliveRetryMs (keep-alive-group.ts).
-          ...(retrying && byKeepAlive
-            ? { retryInMs: keepAliveRetryMs(this.#ttlMicroseconds / 1000) }
-            : {}),
-        });
-      }
+      this.#failed(error, byKeepAlive);
       throw error;
     }
+    return this.#confirmed(call, ttlMicroseconds);
+  }
+
+  /** A renewal failed without a verdict (a driver error): kept as the cause, and told. */
+  #failed(error: unknown, byKeepAlive: boolean): void {
+    this.#lastFailure = error;
+    if (!observed('renewalFailed')) return;
+    const timeLeftMs = Math.max(0, this.#deadline - performance.now());
+    const retrying = this.#keeper !== undefined && !this.#ended && timeLeftMs > 0;
+    publish('renewalFailed', {
+      ...this.#identity(),
+      error,
+      retrying,
+      timeLeftMs,
+      // The keep-alive retries its own renewal after keepAliveRetryMs (keep-alive-group.ts).
+      ...(retrying && byKeepAlive
+        ? { retryInMs: keepAliveRetryMs(this.#ttlMicroseconds / 1000) }
+        : {}),
+    });
+  }
+
+  /**
+   * The server's answer to a renewal: the new deadline, or the loss. Throws the loss (or the
+   * release) when the handle has ended, also when it ended while the renewal was out.
+   */
+  #confirmed(call: RenewCall, ttlMicroseconds: number): Date {
     this.#lastFailure = undefined;
     // Lost or released while the call was out: a late success does not bring the lease back.
     this.#throwIfEnded();
@@ -330,20 +428,15 @@ export class Lease implements AsyncDisposable {
     // within a millisecond of the server expiry, which the deadline precedes by little more
     // than the renew's trip to the server.
     if (deadlinePassed(this.#deadline, now)) {
-      clearTimeout(this.#timer);
-      this.#timer = undefined;
+      this.#timerAt = undefined;
       this.#lose('expired', this.#lastFailure);
       return;
     }
-    if (this.#timer !== undefined && this.#timerAt <= this.#deadline) return;
-    clearTimeout(this.#timer);
-    const delay = Math.min(Math.floor(this.#deadline - now), MAX_TIMER_MS);
-    this.#timerAt = now + delay;
-    this.#timer = setTimeout(() => {
-      this.#timer = undefined;
-      this.#armDeadline();
-    }, delay);
-    this.#timer.unref();
+    if (this.#timerAt !== undefined && this.#timerAt <= this.#deadline) return;
+    // The last whole millisecond not after the deadline: due then, at least 1 ms from now.
+    const at = Math.floor(this.#deadline);
+    this.#timerAt = at;
+    deadlines.add(this, at);
   }
 
   #lose(status: LostStatus, cause?: unknown): void {
@@ -364,8 +457,7 @@ export class Lease implements AsyncDisposable {
   }
 
   #stop(reason: LeaseError | 'released'): void {
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
+    this.#timerAt = undefined;
     this.#keeper?.stop();
     if (this.#ended) return;
     this.#ended = reason;
@@ -383,11 +475,17 @@ export class Lease implements AsyncDisposable {
 }
 
 /**
- * The monotonic deadline an acquire's or renew's answer gives (see the module comment): its
- * send plus the time the server measured left. @internal
+ * The deadline rule, for every grant and every renewal (see the module comment): the send of
+ * the statement that confirmed the grant plus the time the server measured left while
+ * answering it. Never the answer's arrival, which comes after the server's measure by a
+ * return trip or an event-loop stall, nor `expiresAt`, which would trust the client's wall
+ * clock. A second measure from a fresh send (`measured`, taken when the confirmation came late)
+ * can only move the deadline later. @internal
  */
-export function deadlineOf(answer: { sentAt: number; remainingMs: number | null }): number {
-  return answer.sentAt + (answer.remainingMs ?? 0);
+export function deadlineOf(confirmation: Confirmation, measured?: Answer): number {
+  const deadline = confirmation.sentAt + (confirmation.remainingMs ?? 0);
+  if (measured === undefined) return deadline;
+  return Math.max(deadline, measured.sentAt + (measured.remainingMs ?? 0));
 }
 
 /**

@@ -3,9 +3,10 @@
  * (`lease.purge`). The functions take any node-postgres pool or client;
  * {@link LeaseClient.list} and {@link LeaseClient.purge} call them with the client's own.
  */
-import pg from 'pg';
+import type pg from 'pg';
 import type { Duration } from './duration.js';
-import { LeaseInvalidInputError, translateError } from './errors.js';
+import { LeaseInvalidInputError } from './errors.js';
+import { listKeys, purgeKeys } from './sql/operations.js';
 import { checkDuration, illFormedText } from './validation.js';
 
 /**
@@ -81,32 +82,7 @@ export async function listLeases(
   const illFormed =
     typeof options.prefix === 'string' ? illFormedText('prefix', options.prefix) : undefined;
   if (illFormed !== undefined) throw new LeaseInvalidInputError(illFormed);
-  try {
-    const { rows } = await database.query<{
-      key: string;
-      held: boolean;
-      owner: string | null;
-      epoch: string;
-      expires_at: Date | null;
-      remaining_us: number | null;
-    }>(
-      `SELECT l.key, l.held, l.owner, l.epoch::text AS epoch, l.expires_at,
-              pg_catalog.date_part('epoch', l.expires_at - pg_catalog.clock_timestamp()) * 1000000
-                AS remaining_us
-         FROM lease.list($1::text, $2::boolean) AS l`,
-      [options.prefix ?? null, !options.all],
-    );
-    return rows.map((row) => ({
-      key: row.key,
-      held: row.held,
-      owner: row.owner,
-      epoch: BigInt(row.epoch),
-      expiresAt: row.expires_at,
-      remainingMs: row.remaining_us === null ? null : Math.max(0, row.remaining_us / 1000),
-    }));
-  } catch (error) {
-    throw translateError(error, options.prefix ?? '');
-  }
+  return listKeys(database, options.prefix ?? null, !options.all);
 }
 
 /**
@@ -136,16 +112,7 @@ export async function purgeLeases(database: Database, options: PurgeOptions): Pr
     });
   let total = 0;
   for (;;) {
-    let deleted: number;
-    try {
-      const { rows } = await database.query<{ deleted: string }>(
-        `SELECT lease.purge($1::float8 * interval '1 microsecond', $2::bigint)::text AS deleted`,
-        [olderThan.microseconds, batch ?? null],
-      );
-      deleted = Number(rows[0]!.deleted);
-    } catch (error) {
-      throw translateError(error, '');
-    }
+    const deleted = await purgeKeys(database, olderThan.microseconds!, batch ?? null);
     total += deleted;
     if (batch === undefined || deleted < batch) return total;
   }

@@ -1,5 +1,7 @@
 /**
- * Waiting for a key without a transaction.
+ * Acquiring below the client: one attempt, or waiting for a key without a transaction. Both
+ * send through the session (sql/) and make the handle of a grant; the client only publishes
+ * the outcome.
  *
  * A waiting acquire is a loop of non-blocking attempts, each its own short statement on a pooled
  * connection, with sleeps in between that end at the first of:
@@ -18,28 +20,21 @@
  * Within one client, waiters of the same key take turns in arrival order: only the first one
  * listens and tries, so a release wakes one attempt per client instead of a herd.
  */
-import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import pg from 'pg';
 import type { Duration } from './duration.js';
-import type { LeaseState } from './client.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
-import { isPool } from './sql/connection.js';
-import { observed, publish } from './events.js';
-import { MAX_TIMER_MS } from './keeper.js';
+import { MAX_TIMER_MS, type KeepAliveOptions } from './keeper.js';
+import { Lease, type LeaseCalls } from './lease.js';
+import type { Follow, HolderState, ObservedState } from './sql/calls.js';
+import type { Notifier } from './sql/listener.js';
+import type { Session } from './sql/session.js';
 import { optionMs } from './validation.js';
-import { dateFromMs, EXPIRES_MS, REMAINING_US } from './sql/statements.js';
 
-/** The channel releases notify on; the payload is the key. */
-export const NOTIFY_CHANNEL = 'pg_lease';
+export { NOTIFY_CHANNEL } from './sql/listener.js';
 
 const DEFAULT_POLL_MS = 50;
 /** How long one `lease.watch` asks for notifications; waiters refresh it at half. */
 const WATCH_MS = 60_000;
-/** How long `notifications: 'auto'` waits for its probe notification to come back. */
-const PROBE_TIMEOUT_MS = 2_000;
-/** How long the listening connection stays after its last waiter, for the next one. */
-const LINGER_MS = 2_000;
 
 /**
  * How waiters of a {@link LeaseClient} learn that a key was released.
@@ -64,23 +59,9 @@ export interface WaitingOptions {
   pollInterval?: Duration;
 }
 
-/** What the server said about the key after a denied attempt. @internal */
-export interface HolderState {
-  /** The key has a row (was ever granted). */
-  found: boolean;
-  held: boolean;
-  /**
-   * A release will notify: the key is marked (`lease.watch`). False when another transaction
-   * had the row locked (a fenced one, say), so the waiter polls until the mark stands.
-   */
-  notifies: boolean;
-  /** Time left on the holder's grant as the server measured it, in milliseconds. */
-  remainingMs: number | null;
-}
-
-/** One attempt as the client made it. @internal */
-export interface AttemptResult<L> {
-  lease: L | null;
+/** One attempt as made: the handle of its grant, or what a denied one said. */
+interface AttemptResult {
+  lease: Lease | null;
   /** Present for a denied attempt made with a `follow` request. */
   holder: HolderState | undefined;
   /** Monotonic time just before the attempt was sent. */
@@ -89,20 +70,25 @@ export interface AttemptResult<L> {
   receivedAt: number;
 }
 
-/** What a denied attempt should also do: watch the key (mark it) or only inspect it. @internal */
-export type Follow = { watchMicroseconds: number } | { inspect: true };
+export type { Follow, HolderState } from './sql/calls.js';
 
-/**
- * One non-blocking attempt, cancelled on the server when `signal` aborts; without `follow` a
- * plain acquire. @internal
- */
-export type Attempt<L> = (
+/** One non-blocking attempt, cancelled on the server when `signal` aborts. */
+type Attempt = (
   follow: Follow | undefined,
-  signal: AbortSignal,
-) => Promise<AttemptResult<L>>;
+  signal: AbortSignal | undefined,
+) => Promise<AttemptResult>;
 
-interface Releasable {
-  release(): Promise<unknown>;
+/** A key's state as observers get it (LeaseState in client.ts). */
+type ObservedLeaseState = ObservedState['state'];
+
+/** What one acquire asks for, and what its handle is made with. @internal */
+export interface AcquireRequest {
+  key: string;
+  owner: string;
+  ttlMicroseconds: number;
+  keepAlive: KeepAliveOptions | undefined;
+  /** The calls of the handle (its client's). */
+  calls: LeaseCalls;
 }
 
 /**
@@ -110,15 +96,14 @@ interface Releasable {
  * @internal
  */
 export class Waiting {
-  readonly #db: pg.Pool | pg.ClientBase;
+  readonly #session: Session;
   readonly #notifier: Notifier;
   readonly #pollMs: number;
   readonly #queues = new Map<string, Promise<void>>();
 
-  constructor(db: pg.Pool | pg.ClientBase, options: WaitingOptions) {
-    this.#db = db;
-    const mode = options.notifications ?? 'auto';
-    this.#notifier = new Notifier(isPool(db) ? db : undefined, mode);
+  constructor(session: Session, options: WaitingOptions) {
+    this.#session = session;
+    this.#notifier = session.listener;
     this.#pollMs =
       options.pollInterval === undefined
         ? DEFAULT_POLL_MS
@@ -131,15 +116,69 @@ export class Waiting {
   }
 
   /**
+   * Acquires the request's key: with `waitMs` 0 one attempt, resolving with the handle or
+   * `null` when another owner holds the key; else waits for it (the loop described above). Either way
+   * rejects with {@link LeaseAbortedError} when `signal` aborts, after giving back a grant that
+   * raced the abort. The whole of an acquire below the client: it goes to the server (the
+   * session) and makes the handle, and calls nothing of the client's.
+   */
+  async acquire(
+    request: AcquireRequest,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<Lease | null> {
+    const attempt = (follow: Follow | undefined, attemptSignal: AbortSignal | undefined) =>
+      this.#attempt(request, follow, attemptSignal);
+    if (waitMs > 0) return this.#wait(request.key, waitMs, signal, attempt);
+    try {
+      const { lease } = await attempt(undefined, signal);
+      if (!(lease && signal?.aborted)) return lease;
+      await lease.release().catch(() => undefined);
+    } catch (error) {
+      if (!signal?.aborted) throw error;
+    }
+    throw new LeaseAbortedError(request.key, { cause: signal.reason as unknown });
+  }
+
+  /**
+   * One non-blocking attempt, coalesced with its company when the session coalesces and
+   * nothing can cancel it; a denied one with `follow` also reports the holder's state (see
+   * {@link Session.acquire}). A grant that waited long for a row lock between the send and the
+   * answer has less time left than the server granted, counted from the send: the time left
+   * is then measured again from a fresh send, for the handle's deadline.
+   */
+  async #attempt(
+    request: AcquireRequest,
+    follow: Follow | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<AttemptResult> {
+    const { key, owner, ttlMicroseconds } = request;
+    const row = await this.#session.acquire(key, owner, ttlMicroseconds, follow, signal);
+    const receivedAt = performance.now();
+    const { sentAt } = row;
+    if (!row.acquired) return { lease: null, holder: row.holder, sentAt, receivedAt };
+    const measured =
+      receivedAt - sentAt > ttlMicroseconds / 1000 / 10
+        ? await this.#session.measureRemaining(key, owner, row.epoch!)
+        : undefined;
+    const lease = new Lease(
+      request.calls,
+      { key, owner, epoch: row.epoch!, ttlMicroseconds, confirmation: row, measured },
+      request.keepAlive,
+    );
+    return { lease, holder: undefined, sentAt, receivedAt };
+  }
+
+  /**
    * Waits for `key` until `waitMs` has passed: resolves with the lease, rejects with
    * {@link LeaseTimeoutError} at the deadline or {@link LeaseAbortedError} when `signal` aborts.
    */
-  async wait<L extends Releasable>(
+  async #wait(
     key: string,
     waitMs: number,
     signal: AbortSignal | undefined,
-    attempt: Attempt<L>,
-  ): Promise<L> {
+    attempt: Attempt,
+  ): Promise<Lease> {
     const started = performance.now();
     const deadline = started + waitMs;
     const stop = new Stop(deadline, signal);
@@ -160,13 +199,13 @@ export class Waiting {
     }
   }
 
-  async #cycle<L extends Releasable>(
+  async #cycle(
     key: string,
     deadline: number,
     waitMs: number,
     stop: Stop,
-    attempt: Attempt<L>,
-  ): Promise<L> {
+    attempt: Attempt,
+  ): Promise<Lease> {
     const subscription = this.#notifier.subscribe(key);
     // LISTEN (and, the first time, the check that notifications come back) runs while the
     // first attempt, a plain acquire, is out: a free key is granted without waiting for it.
@@ -186,7 +225,7 @@ export class Waiting {
           : listening
             ? { watchMicroseconds: Math.max(1, Math.round(watchMs * 1000)) }
             : { inspect: true };
-        let result: AttemptResult<L>;
+        let result: AttemptResult;
         try {
           result = await attempt(follow, stop.signal);
           answered = true;
@@ -244,7 +283,7 @@ export class Waiting {
    * (without notifications, or while nobody holds the key and no notification came) the poll
    * interval.
    */
-  async *observe(key: string, signal: AbortSignal | undefined): AsyncGenerator<LeaseState | null> {
+  async *observe(key: string, signal: AbortSignal | undefined): AsyncGenerator<ObservedLeaseState> {
     const subscription = this.#notifier.subscribe(key);
     const stop = new Stop(Infinity, signal);
     let last: string | undefined;
@@ -253,42 +292,20 @@ export class Waiting {
         const listening = await stop.race(this.#notifier.listen());
         const seen = subscription.generation;
         const sentAt = performance.now();
-        const call = listening
-          ? `lease.watch($1, ${WATCH_MS} * interval '1 millisecond')`
-          : 'lease.inspect($1)';
-        const rows = await stop.race(
-          this.#run<{
-            held: boolean;
-            owner: string | null;
-            epoch: string;
-            expires_ms: number | null;
-            notifies: boolean;
-            remaining_us: number | null;
-          }>(
-            `SELECT i.held, i.owner, i.epoch::text AS epoch, ${EXPIRES_MS('i')}, ${listening ? 'i.notifies' : 'false AS notifies'},
-                    ${REMAINING_US('i')} AS remaining_us
-               FROM ${call} AS i`,
-            [key],
-          ),
+        const answer = await stop.race(
+          this.#session.observe(key, listening ? WATCH_MS : undefined),
         );
         const receivedAt = performance.now();
-        const row = rows[0];
-        const state: LeaseState | null = row
-          ? {
-              held: row.held,
-              owner: row.owner,
-              epoch: BigInt(row.epoch),
-              expiresAt: dateFromMs(row.expires_ms),
-            }
-          : null;
+        const state = answer.state;
         const fingerprint = state ? `${state.held}|${state.owner}|${state.epoch}` : 'none';
         if (fingerprint !== last) {
           last = fingerprint;
           yield state;
         }
-        let until = listening && row?.notifies ? sentAt + WATCH_MS / 2 : receivedAt + this.#pollMs;
-        if (state?.held && row!.remaining_us !== null)
-          until = Math.min(until, receivedAt + Math.max(0, row!.remaining_us));
+        let until =
+          listening && answer.notifies ? sentAt + WATCH_MS / 2 : receivedAt + this.#pollMs;
+        if (state?.held && answer.remainingMs !== null)
+          until = Math.min(until, receivedAt + Math.max(0, answer.remainingMs));
         else until = Math.min(until, receivedAt + this.#pollMs);
         await stop.sleepUntil(until, subscription.changed(seen));
       }
@@ -302,17 +319,8 @@ export class Waiting {
   }
 
   /** Notifies everyone waiting for or observing `key` (a new holder announcing itself). */
-  async announce(key: string): Promise<void> {
-    await this.#run('SELECT pg_catalog.pg_notify($1, $2)', [NOTIFY_CHANNEL, key]);
-  }
-
-  async #run<R extends pg.QueryResultRow>(text: string, values: unknown[]): Promise<R[]> {
-    return (await this.#db.query<R>(text, values)).rows;
-  }
-
-  /** Stops listening and gives the connection back. */
-  async close(): Promise<void> {
-    await this.#notifier.close();
+  announce(key: string): Promise<void> {
+    return this.#session.announce(key);
   }
 }
 
@@ -423,175 +431,6 @@ class Stop {
 /** Internal marker: the wait ended (abort or deadline); translated by {@link Stop.translate}. */
 class StopSignal extends Error {
   override name = 'StopSignal';
-}
-
-/** One waiter's interest in notifications for a key. */
-class Subscription {
-  generation = 0;
-  #waiters: (() => void)[] = [];
-  readonly #close: () => void;
-
-  constructor(close: () => void) {
-    this.#close = close;
-  }
-
-  notify(): void {
-    this.generation++;
-    const waiters = this.#waiters;
-    this.#waiters = [];
-    for (const wake of waiters) wake();
-  }
-
-  /** Resolves once a notification came after generation `seen`. */
-  changed(seen: number): Promise<void> {
-    if (this.generation !== seen) return Promise.resolve();
-    return new Promise((resolve) => this.#waiters.push(resolve));
-  }
-
-  close(): void {
-    this.#close();
-  }
-}
-
-/** The one listening connection of a client. */
-class Notifier {
-  readonly #pool: pg.Pool | undefined;
-  readonly #mode: boolean | 'auto';
-  readonly #subscriptions = new Map<string, Set<Subscription>>();
-  #count = 0;
-  #connection: pg.PoolClient | undefined;
-  #connecting: Promise<boolean> | undefined;
-  #linger: NodeJS.Timeout | undefined;
-  #probes = new Map<string, () => void>();
-  readonly #onError = new Map<pg.PoolClient, (error: Error) => void>();
-  #closed = false;
-  /** Whether notifications work: decided by the first LISTEN (and its probe for 'auto'). */
-  verdict: boolean | undefined;
-
-  constructor(pool: pg.Pool | undefined, mode: boolean | 'auto') {
-    this.#pool = pool;
-    this.#mode = mode;
-    // A pool of one connection would give it to the listener and none to the attempts.
-    const max = (pool as { options?: { max?: number } } | undefined)?.options?.max ?? 10;
-    if (!pool || mode === false || max < 2) this.verdict = false;
-  }
-
-  subscribe(key: string): Subscription {
-    const subscription: Subscription = new Subscription(() => {
-      const set = this.#subscriptions.get(key);
-      set?.delete(subscription);
-      if (set?.size === 0) this.#subscriptions.delete(key);
-      if (--this.#count === 0) this.#scheduleLinger();
-    });
-    let set = this.#subscriptions.get(key);
-    if (!set) this.#subscriptions.set(key, (set = new Set()));
-    set.add(subscription);
-    this.#count++;
-    clearTimeout(this.#linger);
-    return subscription;
-  }
-
-  /** Resolves true once LISTEN is in force on the listening connection, false to poll. */
-  listen(): Promise<boolean> {
-    if (this.verdict === false || this.#closed) return Promise.resolve(false);
-    if (this.#connection) return Promise.resolve(true);
-    this.#connecting ??= this.#connect().finally(() => (this.#connecting = undefined));
-    return this.#connecting;
-  }
-
-  async #connect(): Promise<boolean> {
-    const connection = await this.#pool!.connect();
-    const onError = (error: Error) => {
-      if (observed('connectionError'))
-        publish('connectionError', { error, connection: 'listening' });
-      this.#drop(connection, true);
-    };
-    this.#onError.set(connection, onError);
-    connection.on('error', onError);
-    connection.on('notification', (message) => this.#dispatch(message));
-    try {
-      await connection.query(`LISTEN ${NOTIFY_CHANNEL}`);
-      if (this.verdict === undefined && this.#mode === 'auto') {
-        const token = `pg_lease probe ${randomUUID()}`;
-        let timer: NodeJS.Timeout | undefined;
-        const arrived = new Promise<boolean>((resolve) => {
-          this.#probes.set(token, () => resolve(true));
-          timer = setTimeout(() => resolve(false), PROBE_TIMEOUT_MS);
-        });
-        await this.#pool!.query('SELECT pg_catalog.pg_notify($1, $2)', [NOTIFY_CHANNEL, token]);
-        const works = await arrived;
-        clearTimeout(timer);
-        this.#probes.delete(token);
-        if (!works) {
-          this.verdict = false;
-          await connection.query(`UNLISTEN ${NOTIFY_CHANNEL}`).catch(() => undefined);
-          this.#drop(connection, false);
-          return false;
-        }
-      }
-      this.verdict = true;
-    } catch (error) {
-      this.#drop(connection, true);
-      throw error;
-    }
-    if (this.#closed) {
-      this.#drop(connection, false);
-      return false;
-    }
-    this.#connection = connection;
-    if (this.#count === 0) this.#scheduleLinger();
-    return true;
-  }
-
-  #dispatch(message: pg.Notification): void {
-    if (message.channel !== NOTIFY_CHANNEL || message.payload === undefined) return;
-    const probe = this.#probes.get(message.payload);
-    if (probe) return probe();
-    for (const subscription of this.#subscriptions.get(message.payload) ?? [])
-      subscription.notify();
-  }
-
-  /** Drops a broken or unneeded connection; waiters wake and try (and listen again). */
-  #drop(connection: pg.PoolClient, broken: boolean): void {
-    if (this.#connection === connection) this.#connection = undefined;
-    const onError = this.#onError.get(connection);
-    if (!onError) return; // dropped already
-    this.#onError.delete(connection);
-    connection.off('error', onError);
-    connection.removeAllListeners('notification');
-    try {
-      connection.release(broken ? new Error('pg_lease: listening connection failed') : undefined);
-    } catch {
-      // released already
-    }
-    if (broken) for (const set of this.#subscriptions.values()) for (const s of set) s.notify();
-  }
-
-  #scheduleLinger(): void {
-    clearTimeout(this.#linger);
-    this.#linger = setTimeout(() => void this.#unlisten(), LINGER_MS);
-    this.#linger.unref();
-  }
-
-  async #unlisten(): Promise<void> {
-    const connection = this.#connection;
-    if (!connection || this.#count > 0) return;
-    this.#connection = undefined;
-    try {
-      await connection.query(`UNLISTEN ${NOTIFY_CHANNEL}`);
-      this.#drop(connection, false);
-    } catch {
-      this.#drop(connection, true);
-    }
-  }
-
-  async close(): Promise<void> {
-    this.#closed = true;
-    clearTimeout(this.#linger);
-    await this.#connecting?.catch(() => undefined);
-    this.#count = 0;
-    await this.#unlisten();
-  }
 }
 
 /**

@@ -5,12 +5,16 @@
 import * as fs from 'node:fs';
 import { isUtf8 } from 'node:buffer';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import pg from 'pg';
+import type pg from 'pg';
 import { LeaseClient } from '../client.js';
 import { LeaseInvalidInputError } from '../errors.js';
+import { openClient as openConnection, openPool as openServerPool } from '../sql/connection.js';
 import { connectionConfig } from './connection.js';
 import { flagHint } from './errors.js';
 import { UsageError } from './exit-codes.js';
+import { toJson } from './json.js';
+
+export { toJson };
 
 type Options = NonNullable<ParseArgsConfig['options']>;
 
@@ -161,17 +165,13 @@ export function wantsJson(args: string[]): boolean {
 
 /** A pool on the command's database (see connection.ts for where it connects). */
 export function openPool(values: { url?: string | undefined }, max = 10): pg.Pool {
-  const pool = new pg.Pool({ ...connectionConfig(values), max });
   // An idle connection that breaks (server restart) is dropped; the next call reconnects.
-  pool.on('error', () => undefined);
-  return pool;
+  return openServerPool(connectionConfig(values), max);
 }
 
 /** One client on the command's database, not yet connected. */
 export function openClient(values: { url?: string | undefined }): pg.Client {
-  const client = new pg.Client(connectionConfig(values));
-  client.on('error', () => undefined);
-  return client;
+  return openConnection(connectionConfig(values));
 }
 
 /** A LeaseClient on its own pool; `close()` ends both. */
@@ -203,13 +203,6 @@ export function parseEpoch(text: string): bigint {
 /** Prints one result: the JSON value with `--json`, else the text lines. */
 export function print(json: boolean, text: string, value: Record<string, unknown>): void {
   process.stdout.write(json ? `${toJson(value)}\n` : `${text}\n`);
-}
-
-/** JSON with bigints as strings (exact) and dates as ISO strings. */
-export function toJson(value: unknown): string {
-  return JSON.stringify(value, (_key, item: unknown) =>
-    typeof item === 'bigint' ? item.toString() : item,
-  );
 }
 
 /** Writes a diagnostic line to stderr, prefixed like every message of the command. */

@@ -7,10 +7,17 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
 import { LeaseClient } from '../client.js';
 import { LeaseLostError, STALE_EPOCH_MESSAGE } from '../errors.js';
 import { installPgLease } from '../install.js';
+import { openClient, openPool } from '../sql/connection.js';
+import {
+  createDemoTable,
+  dropDemoTable,
+  fenceDemoTable,
+  readDemoResult,
+  writeDemoResult,
+} from '../sql/demo.js';
 import { parseCommand, toJson } from './common.js';
 import { connectionConfig } from './connection.js';
 import { commandHelp } from './help.js';
@@ -61,10 +68,8 @@ export async function demoCommand(args: string[]): Promise<number> {
     };
     say(`PostgreSQL ${cluster.installation.version} is up on 127.0.0.1:${cluster.port}.`);
   }
-  const admin = new pg.Client(config!);
-  admin.on('error', () => undefined);
-  const pool = new pg.Pool({ ...config, max: 10 });
-  pool.on('error', () => undefined);
+  const admin = openClient(config!);
+  const pool = openPool(config!, 10);
   let tableCreated = false;
   try {
     await admin.connect();
@@ -74,14 +79,9 @@ export async function demoCommand(args: string[]): Promise<number> {
         ? `CREATE EXTENSION pg_lease: version ${installed.version} installed.`
         : `pg_lease ${installed.version} is installed already.`,
     );
-    await admin.query(
-      `CREATE TABLE ${table} (job text PRIMARY KEY, lease_epoch bigint NOT NULL, result text)`,
-    );
+    await createDemoTable(admin, table);
     tableCreated = true;
-    await admin.query(
-      `CREATE TRIGGER ${table}_fence BEFORE INSERT OR UPDATE ON ${table}
-         FOR EACH ROW EXECUTE FUNCTION lease.fence_row('job', 'lease_epoch')`,
-    );
+    await fenceDemoTable(admin, table);
     say(`The job's output lives in table ${table}, which the database fences itself:`);
     say(`  CREATE TRIGGER ${table}_fence BEFORE INSERT OR UPDATE ON ${table}`);
     say(`    FOR EACH ROW EXECUTE FUNCTION lease.fence_row('job', 'lease_epoch');`);
@@ -94,11 +94,7 @@ export async function demoCommand(args: string[]): Promise<number> {
     // A plain upsert: the trigger does the fencing, inside the writing transaction.
     const fencedWrite = async (who: string, epoch: bigint, result: string) => {
       try {
-        await pool.query(
-          `INSERT INTO ${table} (job, lease_epoch, result) VALUES ($1, $2, $3)
-           ON CONFLICT (job) DO UPDATE SET lease_epoch = excluded.lease_epoch, result = excluded.result`,
-          [job, epoch.toString(), result],
-        );
+        await writeDemoResult(pool, table, job, epoch, result);
         at(who, `fenced write "${result}" with epoch ${epoch}: accepted`);
       } catch (error) {
         const { code, detail } = error as { code?: string; detail?: string };
@@ -178,18 +174,15 @@ export async function demoCommand(args: string[]): Promise<number> {
     await describe(client, job, at);
     await other.release();
 
-    const { rows } = await pool.query<{ lease_epoch: string; result: string }>(
-      `SELECT lease_epoch::text, result FROM ${table} WHERE job = $1`,
-      [job],
-    );
+    const row = await readDemoResult(pool, table, job);
     say();
     say(
-      `Final output of ${job}: "${rows[0]!.result}" written under epoch ${rows[0]!.lease_epoch}; ` +
+      `Final output of ${job}: "${row.result}" written under epoch ${row.lease_epoch}; ` +
         `${winner.owner}'s late write never landed.`,
     );
   } finally {
     await pool.end().catch(() => undefined);
-    if (tableCreated && suffix) await admin.query(`DROP TABLE ${table}`).catch(() => undefined);
+    if (tableCreated && suffix) await dropDemoTable(admin, table).catch(() => undefined);
     await admin.end().catch(() => undefined);
     if (cluster) await cluster.destroy();
   }

@@ -10,7 +10,7 @@
  */
 import { LeaseError, LeaseInvalidInputError } from '../errors.js';
 import { MAX_BYTES, MAX_YEARS } from '../generated/sql.js';
-import { toJson } from './common.js';
+import { toJson } from './json.js';
 import { EXIT, UsageError } from './exit-codes.js';
 
 /** One CLI option as the client's error names it: the flag typed for it, and what it takes. */

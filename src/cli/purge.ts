@@ -1,8 +1,8 @@
 /**
  * `pg-lease purge`: deletes keys that have been free or lapsed for a while (`lease.purge`).
  */
-import pg from 'pg';
 import { LeaseInvalidInputError } from '../errors.js';
+import { isServerError } from '../sql/connection.js';
 import { openLeaseClient, parseCommand, print, required } from './common.js';
 import { CliError } from './errors.js';
 import { commandHelp } from './help.js';
@@ -39,8 +39,8 @@ export async function purgeCommand(args: string[]): Promise<number> {
     );
     return EXIT.OK;
   } catch (error) {
-    if (error instanceof pg.DatabaseError && error.code === INSUFFICIENT_PRIVILEGE)
-      throw new CliError(INSUFFICIENT_PRIVILEGE, error.message, {
+    if (isServerError(error, INSUFFICIENT_PRIVILEGE))
+      throw new CliError(INSUFFICIENT_PRIVILEGE, (error as Error).message, {
         hint: 'lease.purge is for the role that created the extension and the roles it grants EXECUTE to',
       });
     throw error;

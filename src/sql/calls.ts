@@ -4,10 +4,58 @@
  * with the send time it counts from). Everything goes through the {@link Wire}.
  */
 import { performance } from 'node:perf_hooks';
-import type { LeaseStatus, RenewCall } from '../lease.js';
-import type { Follow, HolderState } from '../wait.js';
-import { dateFromMs, msFromUs, STATEMENTS, type Statement } from './statements.js';
+import type { LostStatus } from '../errors.js';
+import type pg from 'pg';
+import {
+  dateFromMs,
+  EXPIRES_MS,
+  msFromUs,
+  REMAINING_US,
+  STATEMENTS,
+  type Statement,
+} from './statements.js';
 import type { Wire } from './wire.js';
+
+/** A pool or a connection: what a statement sent as it comes runs on. */
+type Queryable = pg.Pool | pg.ClientBase;
+
+/**
+ * The answer of `lease.renew` and `lease.release`: `ok`, or why not, checked in this order:
+ * `not_owner` (no grant, a free key, or another owner), `lapsed` (the caller's grant expired),
+ * `epoch_mismatch` (the caller holds the key under another epoch).
+ *
+ * @example
+ * import type { LeaseStatus } from 'pg-lease';
+ * const stillMine = (status: LeaseStatus) => status === 'ok';
+ */
+export type LeaseStatus = 'ok' | Exclude<LostStatus, 'expired'>;
+
+/** One renew as sent and answered; what the handle needs to move its deadline. @internal */
+export interface RenewCall {
+  status: LeaseStatus;
+  expiresAt: Date | null;
+  /** Monotonic time (performance.now()) just before the call was sent. */
+  sentAt: number;
+  /** Time left on the grant as the server measured it while answering, in milliseconds. */
+  remainingMs: number | null;
+}
+
+/** What a denied attempt should also do: watch the key (mark it) or only inspect it. @internal */
+export type Follow = { watchMicroseconds: number } | { inspect: true };
+
+/** What the server said about the key after a denied attempt. @internal */
+export interface HolderState {
+  /** The key has a row (was ever granted). */
+  found: boolean;
+  held: boolean;
+  /**
+   * A release will notify: the key is marked (`lease.watch`). False when another transaction
+   * had the row locked (a fenced one, say), so the waiter polls until the mark stands.
+   */
+  notifies: boolean;
+  /** Time left on the holder's grant as the server measured it, in milliseconds. */
+  remainingMs: number | null;
+}
 
 /** One key's row of lease.acquire_many, with the send time its deadline starts from. @internal */
 export interface AcquiredRow {
@@ -103,15 +151,16 @@ export async function releaseOne(
 }
 
 /**
- * A deadline measured from a fresh send: the grant's time left per the server, if `owner`
- * still holds `epoch`. Best effort; -Infinity when it cannot tell. @internal
+ * The grant's time left measured from a fresh send, if `owner` still holds `epoch`: the send
+ * time and the server's measure, as the handle's deadline rule takes them. Best effort:
+ * `undefined` when it cannot tell. @internal
  */
-export async function measureDeadline(
+export async function measureRemaining(
   wire: Wire,
   key: string,
   owner: string,
   epoch: bigint,
-): Promise<number> {
+): Promise<{ sentAt: number; remainingMs: number } | undefined> {
   const sentAt = performance.now();
   try {
     const rows = await wire.query<{
@@ -121,11 +170,11 @@ export async function measureDeadline(
     }>(key, STATEMENTS.measureDeadline, [key]);
     const row = rows[0];
     if (row && row.owner === owner && BigInt(row.epoch) === epoch)
-      return sentAt + row.remaining_us! / 1000;
+      return { sentAt, remainingMs: row.remaining_us! / 1000 };
   } catch {
     // keep the deadline measured from the acquire
   }
-  return -Infinity;
+  return undefined;
 }
 
 /** A key's state as lease.inspect reports it; undefined for a key never granted. @internal */
@@ -289,4 +338,60 @@ export async function releaseMany(wire: Wire, items: ReleaseItem[]): Promise<Lea
     items.map((p) => p.epoch.toString()),
   ]);
   return rows.map((row) => row.status);
+}
+
+/** A key's state as an observer sees it: `null` for a key never granted. @internal */
+export interface ObservedState {
+  state: { held: boolean; owner: string | null; epoch: bigint; expiresAt: Date | null } | null;
+  /** A release will notify (the key is marked by `lease.watch`); false without `watchMs`. */
+  notifies: boolean;
+  /** Time left on the holder's grant as the server measured it, in milliseconds. */
+  remainingMs: number | null;
+}
+
+/**
+ * The key's state for an observer: with `watchMs`, `lease.watch`, which also marks the key so
+ * that its release notifies for that long; without, `lease.inspect`. Sent unnamed on `db` as
+ * it comes, as observers always have (an observer on a dedicated connection shares it with the
+ * caller's own statements). @internal
+ */
+export async function observeState(
+  db: Queryable,
+  key: string,
+  watchMs: number | undefined,
+): Promise<ObservedState> {
+  const call =
+    watchMs === undefined
+      ? 'lease.inspect($1)'
+      : `lease.watch($1, ${watchMs} * interval '1 millisecond')`;
+  const { rows } = await db.query<{
+    held: boolean;
+    owner: string | null;
+    epoch: string;
+    expires_ms: number | null;
+    notifies: boolean;
+    remaining_us: number | null;
+  }>(
+    `SELECT i.held, i.owner, i.epoch::text AS epoch, ${EXPIRES_MS('i')}, ${watchMs === undefined ? 'false AS notifies' : 'i.notifies'},
+            ${REMAINING_US('i')} AS remaining_us
+       FROM ${call} AS i`,
+    [key],
+  );
+  const row = rows[0];
+  if (!row) return { state: null, notifies: false, remainingMs: null };
+  return {
+    state: {
+      held: row.held,
+      owner: row.owner,
+      epoch: BigInt(row.epoch),
+      expiresAt: dateFromMs(row.expires_ms),
+    },
+    notifies: row.notifies,
+    remainingMs: msFromUs(row.remaining_us),
+  };
+}
+
+/** Notifies everyone listening on `channel` for `key` (pg_notify). @internal */
+export async function notify(db: Queryable, channel: string, key: string): Promise<void> {
+  await db.query('SELECT pg_catalog.pg_notify($1, $2)', [channel, key]);
 }

@@ -12,6 +12,37 @@ export function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {
   return 'totalCount' in db && typeof (db as pg.Pool).connect === 'function';
 }
 
+/** The pool a client makes from a connection string, and ends when the client ends. @internal */
+export function openOwnPool(connectionString: string): pg.Pool {
+  return new pg.Pool({ connectionString });
+}
+
+/**
+ * A pool on `config`, with `max` connections (node-postgres' default of 10 when undefined), that
+ * ignores errors of idle connections: one that breaks (server restart) is dropped, and the
+ * next statement opens a new one. For tools that own their pool, as the CLI does. @internal
+ */
+export function openPool(config: pg.PoolConfig, max?: number): pg.Pool {
+  const pool = new pg.Pool(max === undefined ? config : { ...config, max });
+  pool.on('error', () => undefined);
+  return pool;
+}
+
+/**
+ * One connection on `config`, not yet connected, that ignores its own `error` events (its next
+ * statement fails instead). @internal
+ */
+export function openClient(config: pg.ClientConfig): pg.Client {
+  const client = new pg.Client(config);
+  client.on('error', () => undefined);
+  return client;
+}
+
+/** Whether `error` is the server's, with SQLSTATE `code`. @internal */
+export function isServerError(error: unknown, code: string): boolean {
+  return error instanceof pg.DatabaseError && error.code === code;
+}
+
 /**
  * Whether the server said the connection is gone: SQLSTATE class 08 (connection exception) or
  * 57P (admin shutdown, crash shutdown, cannot connect now), on the error or, for an error the

@@ -10,7 +10,7 @@
  * Behind a pooler in transaction mode (PgBouncer before 1.21, or with
  * `max_prepared_statements = 0`) consecutive statements of a client may run on different server
  * connections, where a statement prepared on one is unknown. The client then falls back to
- * unnamed statements at the first refusal (see `LeaseClient`'s `#query`); its
+ * unnamed statements at the first refusal (see `Wire.query` in wire.ts); its
  * `preparedStatements: false` option starts unnamed.
  */
 import { createHash } from 'node:crypto';

@@ -9,7 +9,6 @@
  */
 import pg from 'pg';
 import { isUnconfirmedCommit, LeaseError, translateError, unconfirmedMessage } from '../errors.js';
-import { observed, publish } from '../events.js';
 import { isBrokenBy, isPool, runCancellable } from './connection.js';
 import type { Statement } from './statements.js';
 
@@ -54,7 +53,7 @@ export class Wire {
     }
   }
 
-  async #send<R extends pg.QueryResultRow>(
+  #send<R extends pg.QueryResultRow>(
     key: string,
     query: pg.QueryConfig,
     signal: AbortSignal | undefined,
@@ -62,6 +61,16 @@ export class Wire {
     const db = this.db;
     if (!isPool(db))
       return runCancellable(db, () => runOutsideTransaction<R>(db, key, query), signal);
+    if (signal === undefined) return sendPooled<R>(db, key, query);
+    return this.#sendCancellable<R>(db, key, query, signal);
+  }
+
+  async #sendCancellable<R extends pg.QueryResultRow>(
+    db: pg.Pool,
+    key: string,
+    query: pg.QueryConfig,
+    signal: AbortSignal,
+  ): Promise<R[]> {
     const connection = await db.connect();
     let broken: Error | undefined;
     // A checked-out connection has no listener of the pool's: an error that arrives while no
@@ -90,14 +99,14 @@ const watchedPools = new WeakMap<pg.Pool, { clients: number; listener: (error: E
 
 /**
  * @internal Listens for errors of `pool`'s idle connections (one listener however many clients share
- * the pool) and reports them; returns the function that stops, once the last client ends.
+ * the pool) and tells `report`, the first client's (every client reports alike: one error is
+ * reported once, not once per client); returns the function that stops, once the last client
+ * ends.
  */
-export function watchPool(pool: pg.Pool): () => void {
+export function watchPool(pool: pg.Pool, report: (error: Error) => void): () => void {
   let watch = watchedPools.get(pool);
   if (!watch) {
-    const listener = (error: Error) => {
-      if (observed('connectionError')) publish('connectionError', { error, connection: 'idle' });
-    };
+    const listener = (error: Error) => report(error);
     watch = { clients: 0, listener };
     watchedPools.set(pool, watch);
     pool.on('error', listener);
@@ -113,18 +122,94 @@ export function watchPool(pool: pg.Pool): () => void {
   };
 }
 
+/**
+ * One statement on a pool's connection, nothing to cancel: what #sendCancellable does without
+ * a signal, in callbacks (as `pool.query` does) instead of a chain of awaits, which cost the
+ * client's calls more than their own decoding. Same checks, same errors, same release.
+ */
+function sendPooled<R extends pg.QueryResultRow>(
+  pool: pg.Pool,
+  key: string,
+  query: pg.QueryConfig,
+): Promise<R[]> {
+  return new Promise<R[]>((resolve, reject) => {
+    pool.connect((connectError, connection) => {
+      if (connectError || !connection) return reject(connectError as Error);
+      let broken: Error | undefined;
+      // As in #sendCancellable: a checked-out connection has no listener of the pool's.
+      const onError = (error: Error) => (broken ??= error);
+      connection.on('error', onError);
+      const settle = (error: unknown, rows?: R[]) => {
+        if (error !== undefined && isBrokenBy(error)) broken = error as Error;
+        connection.off('error', onError);
+        connection.release(broken);
+        if (error === undefined) resolve(rows!);
+        else reject(error);
+      };
+      const refused = refuseInTransaction(connection);
+      if (refused) return settle(refused);
+      const notices = noticesOf(connection);
+      notices.unconfirmed = undefined;
+      try {
+        connection.query<R>(query, (queryError: Error | undefined, result: pg.QueryResult<R>) => {
+          if (queryError) return settle(translateError(queryError, key));
+          const error = checkAnswer(connection, notices, key);
+          settle(error, error === undefined ? result.rows : undefined);
+        });
+      } catch (error) {
+        settle(translateError(error, key));
+      }
+    });
+  });
+}
+
+/** The client's refusal of a connection inside a transaction block, or undefined. */
+function refuseInTransaction(connection: pg.ClientBase): LeaseError | undefined {
+  const status = connection.getTransactionStatus();
+  if (status === 'T' || status === 'E')
+    return new LeaseError(
+      'in_transaction',
+      'pg_lease: the connection is inside a transaction block; lease calls run outside ' +
+        'transactions (use a pool, or call lease.* in SQL to make it part of yours)',
+    );
+  return undefined;
+}
+
+/**
+ * What an answered statement still fails with: the synchronous-commit warning of a cancelled
+ * wait for the standbys (the rows came anyway), or a transaction block opened meanwhile.
+ */
+function checkAnswer(
+  connection: pg.ClientBase,
+  notices: Notices,
+  key: string,
+): LeaseError | undefined {
+  const unconfirmed = notices.unconfirmed;
+  notices.unconfirmed = undefined;
+  if (unconfirmed)
+    return new LeaseError('unconfirmed_commit', unconfirmedMessage(unconfirmed, key), {
+      cause: unconfirmed,
+    });
+  // On a dedicated client, another query may have opened a transaction block between the check
+  // before the statement and the statement (a BEGIN queued ahead of it): the statement ran
+  // inside it, and a rollback would undo it. Its answer is not counted; the connection's status
+  // after the statement is the status its own ReadyForQuery reported.
+  if (connection.getTransactionStatus() !== 'I')
+    return new LeaseError(
+      'in_transaction',
+      'pg_lease: the call ran inside a transaction block that another query on the connection ' +
+        'opened meanwhile; its result is not counted, since a rollback would undo it',
+    );
+  return undefined;
+}
+
 async function runOutsideTransaction<R extends pg.QueryResultRow>(
   connection: pg.ClientBase,
   key: string,
   query: pg.QueryConfig,
 ): Promise<R[]> {
-  const status = connection.getTransactionStatus();
-  if (status === 'T' || status === 'E')
-    throw new LeaseError(
-      'in_transaction',
-      'pg_lease: the connection is inside a transaction block; lease calls run outside ' +
-        'transactions (use a pool, or call lease.* in SQL to make it part of yours)',
-    );
+  const refused = refuseInTransaction(connection);
+  if (refused) throw refused;
   // A cancelled wait for the synchronous standbys still returns the rows, with a WARNING.
   const notices = noticesOf(connection);
   notices.unconfirmed = undefined;
@@ -134,22 +219,8 @@ async function runOutsideTransaction<R extends pg.QueryResultRow>(
   } catch (error) {
     throw translateError(error, key);
   }
-  const unconfirmed = notices.unconfirmed;
-  notices.unconfirmed = undefined;
-  if (unconfirmed)
-    throw new LeaseError('unconfirmed_commit', unconfirmedMessage(unconfirmed, key), {
-      cause: unconfirmed,
-    });
-  // On a dedicated client, another query may have opened a transaction block between the check
-  // above and this statement (a BEGIN queued ahead of it): the statement ran inside it, and a
-  // rollback would undo it. Its answer is not counted; the connection's status after the
-  // statement is the status its own ReadyForQuery reported.
-  if (connection.getTransactionStatus() !== 'I')
-    throw new LeaseError(
-      'in_transaction',
-      'pg_lease: the call ran inside a transaction block that another query on the connection ' +
-        'opened meanwhile; its result is not counted, since a rollback would undo it',
-    );
+  const error = checkAnswer(connection, notices, key);
+  if (error) throw error;
   return rows;
 }
 

@@ -301,6 +301,75 @@ describe('keep-alive', () => {
 });
 
 describe('deadline without keep-alive', () => {
+  /** Blocks the event loop for `ms`, as a long synchronous task of the application would. */
+  function stall(ms: number): void {
+    const until = performance.now() + ms;
+    while (performance.now() < until);
+  }
+
+  test('the deadline counts from the send: an answer handled late leaves that much less time', async () => {
+    // The server measures the time left while it answers; the answer may be handled much
+    // later (a stalled event loop, a slow network). Counted from the answer's handling, the
+    // deadline would run past the server's expiry by that much.
+    const connection = new pg.Client({ connectionString: db.url });
+    connection.on('error', () => undefined);
+    await connection.connect();
+    const stalled = new LeaseClient(connection);
+    const query = connection.query.bind(connection) as (...args: unknown[]) => unknown;
+    let stallMs = 0;
+    (connection as unknown as { query: (...args: unknown[]) => unknown }).query = (...args) => {
+      const result = query(...args);
+      const ms = stallMs;
+      stallMs = 0;
+      stall(ms);
+      return result;
+    };
+    try {
+      const key = uniqueKey();
+      stallMs = 500;
+      const lease = (await stalled.acquire(key, { ttl: '10s' }))!;
+      let left = lease.remainingMs();
+      assert.ok(left < 9_600 && left > 7_000, `acquire: ${left.toFixed(0)} ms left of 10 s`);
+      stallMs = 500;
+      await lease.renew();
+      left = lease.remainingMs();
+      assert.ok(left < 9_600 && left > 7_000, `renew: ${left.toFixed(0)} ms left of 10 s`);
+      assert.equal(await lease.release(), 'ok');
+    } finally {
+      await stalled.end();
+      await connection.end();
+    }
+  });
+
+  test("the deadline never reads the client's wall clock: an hour off either way changes nothing", async () => {
+    // Only the server's measure of the time left counts: expiresAt is the server's clock, and
+    // a client clock that is off (no NTP, a VM resumed) must not stretch or shrink a lease.
+    const RealDate = Date;
+    for (const skewMs of [3_600_000, -3_600_000]) {
+      class SkewedDate extends RealDate {
+        constructor(...args: unknown[]) {
+          if (args.length === 0) super(RealDate.now() + skewMs);
+          else super(...(args as [string]));
+        }
+        static override now(): number {
+          return RealDate.now() + skewMs;
+        }
+      }
+      globalThis.Date = SkewedDate as DateConstructor;
+      try {
+        const lease = (await client.acquire(uniqueKey(), { ttl: '10s' }))!;
+        let left = lease.remainingMs();
+        assert.ok(left > 8_000 && left <= 10_000, `skew ${skewMs}: acquire left ${left} ms`);
+        await lease.renew();
+        left = lease.remainingMs();
+        assert.ok(left > 8_000 && left <= 10_000, `skew ${skewMs}: renew left ${left} ms`);
+        assert.equal(await lease.release(), 'ok');
+      } finally {
+        globalThis.Date = RealDate;
+      }
+    }
+  });
+
   test('the handle counts itself lost before another owner can be granted the key', async () => {
     const key = uniqueKey();
     const first = (await client.acquire(key, { ttl: '1s', owner: 'first' }))!;
@@ -365,7 +434,10 @@ describe('deadline without keep-alive', () => {
  * refuses as a whole used to fail every handle in it, on every retry, until they all lapsed.
  */
 describe('keep-alive: one bad key costs no other key its lease', () => {
-  const TTL = '1s';
+  // Long enough that a loaded box (npm test beside another CPU load) renews in time; without
+  // the fallback every lease lapses after one ttl, so two ttls of waiting tell the difference.
+  const TTL_MS = 2_000;
+  const TTL = `${TTL_MS}ms`;
   const UNRELATED = 40;
 
   /** Acquires `keys` for `owner` at once with keep-alive, so that their renewals share ticks. */
@@ -378,9 +450,9 @@ describe('keep-alive: one bad key costs no other key its lease', () => {
     );
   }
 
-  /** Waits three ttls, then checks that each handle is held and that nobody else can take it. */
+  /** Waits two ttls, then checks that each handle is held and that nobody else can take it. */
   async function assertAllKept(leases: Lease[]): Promise<void> {
-    await sleep(3_000);
+    await sleep(2 * TTL_MS);
     const lost = leases.filter((lease) => lease.signal.aborted);
     assert.deepEqual(
       lost.map((lease) => `${lease.key}: ${String(lease.signal.reason)}`),
@@ -478,4 +550,80 @@ describe('keep-alive: one bad key costs no other key its lease', () => {
         await client.releaseMany([bad!, ...leases]);
       }
     });
+});
+
+describe('keep-alive at scale: batches and the shared deadline timer', () => {
+  test('12 000 handles renew in statements of at most 5000 keys, and a renew() during one waits for it', async () => {
+    const counts: number[] = [];
+    const counting = new pg.Pool({
+      connectionString: db.url,
+      max: 4,
+      Client: class extends pg.Client {
+        override query(...args: unknown[]): never {
+          const first = args[0] as { text?: string; values?: unknown[] } | string;
+          // The keep-alive's statements skip locked rows; acquireMany's first renewal of grants
+          // that arrived late (one per acquire_many statement) does not.
+          if (
+            typeof first === 'object' &&
+            first.text?.includes('lease.renew_many') &&
+            first.text.includes(', true)')
+          )
+            counts.push((first.values?.[0] as unknown[]).length);
+          return (super.query as (...a: unknown[]) => never)(...args);
+        }
+      },
+    });
+    const scaled = new LeaseClient(counting);
+    try {
+      const keys = Array.from({ length: 12_000 }, () => uniqueKey('scale'));
+      const leases = (await scaled.acquireMany(keys, {
+        ttl: '6s',
+        owner: 'worker-scale',
+        keepAlive: { interval: '1s' },
+      })) as Lease[];
+      const first = leases.map((lease) => lease.expiresAt.getTime());
+      // renew() calls made while the keep-alive's statements are out queue behind them.
+      await waitFor('a keep-alive statement', () => counts.length > 0, 5_000);
+      const renewed = await Promise.all(leases.slice(0, 50).map((lease) => lease.renew()));
+      assert.equal(renewed.length, 50);
+      await waitFor(
+        'every handle renewed',
+        () => leases.every((lease, i) => lease.expiresAt.getTime() > first[i]!),
+        10_000,
+      );
+      assert.ok(counts.length >= 3, `${counts.length} statements`);
+      assert.ok(Math.max(...counts) <= 5_000, `largest statement: ${Math.max(...counts)} keys`);
+      assert.ok(leases.every((lease) => lease.lost === undefined && !lease.signal.aborted));
+      await scaled.releaseMany(leases);
+    } finally {
+      await scaled.end();
+      await counting.end();
+    }
+  });
+
+  test('handles without keep-alive are lost at their own deadlines, in order, with one timer for all', async () => {
+    const leases = await Promise.all(
+      [900, 300, 600].map(
+        async (ms) => (await client.acquire(uniqueKey('deadlines'), { ttl: `${ms}ms` }))!,
+      ),
+    );
+    const lost: { index: number; ms: number }[] = [];
+    const start = performance.now();
+    leases.forEach((lease, index) =>
+      lease.signal.addEventListener('abort', () =>
+        lost.push({ index, ms: performance.now() - start }),
+      ),
+    );
+    // A renewal moves one deadline later: its earlier list entry is skipped.
+    await leases[1]!.renew('1200ms');
+    await waitFor('three losses', () => lost.length === 3, 5_000);
+    assert.deepEqual(
+      lost.map((l) => l.index),
+      [2, 0, 1],
+      JSON.stringify(lost),
+    );
+    assert.ok(lost[2]!.ms > 1_000, JSON.stringify(lost));
+    assert.ok(leases.every((lease) => lease.lost?.status === 'expired'));
+    await Promise.all(leases.map((lease) => lease.release()));
+  });
 });

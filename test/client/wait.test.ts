@@ -158,6 +158,35 @@ describe('acquire with wait, outside any transaction', { concurrency: true }, ()
     }
   });
 
+  test('an observer sees a lapse at the holder’s expiry, without polling', async () => {
+    const key = uniqueKey('observe-lapse');
+    // Polling once an hour and no notifications: only the holder's expiry can wake it in time.
+    const { client, pool } = waiterClient({ notifications: false, pollInterval: '1 hour' });
+    const stop = new AbortController();
+    try {
+      const holder = (await admin.acquire(key, { ttl: '1500ms' }))!;
+      const seen: (boolean | undefined)[] = [];
+      const observing = (async () => {
+        for await (const state of client.observe(key, { signal: stop.signal }))
+          seen.push(state?.held);
+      })();
+      await waitFor('the holder is observed', () => seen.length === 1);
+      assert.equal(seen[0], true);
+      await waitFor('the lapse is observed', () => seen.length === 2, 15_000);
+      assert.equal(seen[1], false);
+      assert.ok(
+        Date.now() >= holder.expiresAt.getTime() - 1000,
+        'not observed long before the expiry',
+      );
+      stop.abort();
+      await observing;
+    } finally {
+      stop.abort();
+      await client.end();
+      await pool.end();
+    }
+  });
+
   test('polling without notifications still gets a released key', async () => {
     const key = uniqueKey('wait-poll');
     const { client, pool, app } = waiterClient({ notifications: false, pollInterval: 20 });

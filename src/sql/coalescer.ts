@@ -1,6 +1,6 @@
 /**
  * The coalescer: turns calls made at the same moment into one batch statement per group
- * (lease.acquire_many, lease.renew_many, lease.release_many; see sql/calls.ts): the
+ * (lease.acquire_many, lease.renew_many, lease.release_many; see calls.ts): the
  * keep-alive's renewals always, `releaseMany`'s releases, and the caller's own calls with the
  * client's `coalesce` option.
  *
@@ -9,7 +9,7 @@
  * only its own handle; and a key that makes the server refuse the whole statement as invalid
  * input is renewed again on its own, with every other key of the batch (see `isolate`).
  */
-import { MAX_BATCH_KEYS } from './sql/statements.js';
+import { MAX_BATCH_KEYS } from './statements.js';
 
 /** One call waiting in a {@link Coalescer}. */
 interface Pending<I, R> {

@@ -299,6 +299,39 @@ describe('races of shared and exclusive grants', { concurrency: true }, () => {
     assert.equal((await shared(db.pool, key, 'b', '1 minute')).acquired, true);
   });
 
+  test('no starvation by readers whose transactions overlap: a waiter marks the key although some reader always has its grant transaction open, and gets the key', async () => {
+    const key = uniqueKey('shared-stream');
+    const readers = await Promise.all(
+      Array.from({ length: 3 }, async () => {
+        const client = new pg.Client({ connectionString: db.url });
+        await client.connect();
+        return client;
+      }),
+    );
+    let stop = false;
+    // Each reader keeps its grant's transaction open for 60 ms, and the three are staggered,
+    // so at every instant one of them holds the writers' mark in share mode.
+    const loops = readers.map(async (client, i) => {
+      await new Promise((resolve) => setTimeout(resolve, i * 20));
+      for (let n = 0; !stop; n++) {
+        await client.query('BEGIN');
+        const r = await shared(client, key, `r${i}-${n}`, '2 seconds');
+        await client.query('SELECT pg_sleep(0.06)');
+        await client.query('COMMIT');
+        if (r.acquired) await release(client, key, `r${i}-${n}`, r.epoch);
+      }
+    });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    try {
+      const w = await acquire(db.pool, key, 'w', '1 minute', '20 seconds');
+      assert.equal(w.acquired, true);
+    } finally {
+      stop = true;
+      await Promise.all(loops);
+      await Promise.all(readers.map((client) => client.end()));
+    }
+  });
+
   test('without an exclusive waiter, shared grants go on beside each other', async () => {
     const key = uniqueKey('shared-no-waiter');
     const results = await Promise.all(

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
+import { waitFor } from '../support/helpers.js';
 import type { PgCluster } from 'pg-lease-testing';
 import {
   acquireTimed as acquire,
@@ -125,11 +126,11 @@ describe('crash', () => {
     await reconnect();
     const key = 'crash/shared';
     await db.query('SET synchronous_commit = off');
-    const shared = async (q: pg.Client, owner: string) => {
+    const shared = async (q: pg.Client, owner: string, k = key) => {
       const { rows } = await q.query(
         `SELECT acquired, epoch::text AS epoch, ${micros('expires_at')} AS e
            FROM lease.acquire_shared($1, $2, '60 seconds')`,
-        [key, owner],
+        [k, owner],
       );
       const row = rows[0] as { acquired: boolean; epoch: string | null; e: string | null };
       return {
@@ -144,20 +145,29 @@ describe('crash', () => {
     const b = await shared(db, 'worker-b');
     const open = await connect(url);
     const waiter = await connect(url);
-    await open.query('BEGIN');
-    assert.equal((await shared(open, 'worker-c')).acquired, true);
+    // The waiter marks first: it cannot while a shared grant's transaction is open.
     const waiterPid = await backendPid(waiter);
     const waiting = waiter
       .query(`SELECT acquired FROM lease.acquire($1, 'worker-x', '60 seconds', '60 seconds')`, [
         key,
       ])
       .catch(() => undefined);
-    await waitUntilWaiting(db, waiterPid);
-    const { rows: marks } = await db.query(
-      `SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'`,
-      [waiterPid],
+    await waitFor('the waiting exclusive acquirer marks the key', async () => {
+      const { rows: marks } = await db.query(
+        `SELECT count(*)::int AS n FROM pg_locks
+          WHERE pid = $1 AND locktype = 'advisory' AND granted`,
+        [waiterPid],
+      );
+      return marks[0].n === 1;
+    });
+    await open.query('BEGIN');
+    assert.equal(
+      (await shared(open, 'worker-c')).acquired,
+      false,
+      'no shared grant while the mark stands',
     );
-    assert.equal(marks[0].n, 1, 'the waiting exclusive acquirer marked the key');
+    // An uncommitted shared grant, of a key nobody waits for.
+    assert.equal((await shared(open, 'worker-c', `${key}/open`)).acquired, true);
     await crashAndRecover();
     await disconnect(open);
     await disconnect(waiter);
@@ -171,6 +181,10 @@ describe('crash', () => {
       { owner: 'worker-a', epoch: String(a.epoch), e: String(renewed.expiresAt) },
       { owner: 'worker-b', epoch: String(b.epoch), e: b.expiresAt },
     ]);
+    const { rows: open_ } = await db.query(`SELECT count(*)::int AS n FROM lease.holders($1)`, [
+      `${key}/open`,
+    ]);
+    assert.equal(open_[0].n, 0, 'the uncommitted shared grant is gone');
     assert.equal((await acquire(db, key, 'worker-x', '60 seconds')).acquired, false);
     const d = await shared(db, 'worker-d');
     assert.equal(d.acquired, true, 'no mark of the crashed waiter is left');

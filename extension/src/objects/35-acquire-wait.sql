@@ -144,7 +144,14 @@ BEGIN
             -- until its transaction ends: no new shared grant meanwhile
             -- (the no-starvation rule, 45-permits.sql, §13).
             IF NOT p_shared AND v_limit = 0 AND NOT v_marked THEN
-                v_marked := lease._mark_exclusive_wait(p_key);
+                BEGIN
+                    PERFORM lease._mark_exclusive_wait(p_key);
+                    v_marked := true;
+                EXCEPTION
+                    -- A shared grant's transaction outlived this poll's
+                    -- lock_timeout: mark at the next poll.
+                    WHEN lock_not_available THEN NULL;
+                END;
             END IF;
         END IF;
 

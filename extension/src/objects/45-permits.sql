@@ -292,9 +292,9 @@ REVOKE ALL ON FUNCTION lease._acquire_permit(text, text, interval, boolean) FROM
  * is made while an exclusive acquirer waits; the shared grants already
  * live lapse or are released, and the waiter takes the key.  Shared grants
  * hold the share lock till their transactions end and never deny each
- * other; a waiter that finds one still open marks at its next poll, and a
- * second waiter finds the first one's mark, which already holds readers
- * off.
+ * other; a waiter queues for the lock for at most a poll (the loop's
+ * lock_timeout) and tries again at its next poll, and a second waiter
+ * finds the first one's mark, which already holds readers off.
  *
  * The mark is a lock rather than a row because the waiter's writes are not
  * seen by anybody before its transaction ends, and a written row would stay
@@ -329,16 +329,23 @@ RETURN NOT pg_catalog.pg_try_advisory_xact_lock_shared(
 REVOKE ALL ON FUNCTION lease._exclusive_waits(text) FROM PUBLIC;
 
 /*
- * lease._mark_exclusive_wait(key): the waiter's side of the rule above;
- * true once the mark is held.  Exclusive mode, so that shared grants,
- * which take it in share mode, do not deny one another.
+ * lease._mark_exclusive_wait(key): the waiter's side of the rule above.
+ * Exclusive mode, so that shared grants, which take the lock in share mode,
+ * do not deny one another.  It waits for the lock (for at most the caller's
+ * lock_timeout): while this request is queued, PostgreSQL's lock manager
+ * already refuses the share mode to any new try, so the readers whose
+ * transactions are open finish and no new one begins; without the queue a
+ * steady stream of readers, each holding the share lock until its commit,
+ * could keep a waiter from ever marking.
  */
 CREATE OR REPLACE FUNCTION lease._mark_exclusive_wait(p_key text)
-    RETURNS boolean
+    RETURNS void
     LANGUAGE sql
     VOLATILE
-RETURN pg_catalog.pg_try_advisory_xact_lock(
-    lease._waiter_class(), pg_catalog.hashtext(p_key COLLATE pg_catalog."C"));
+BEGIN ATOMIC
+    SELECT pg_catalog.pg_advisory_xact_lock(
+        lease._waiter_class(), pg_catalog.hashtext(p_key COLLATE pg_catalog."C"));
+END;
 
 REVOKE ALL ON FUNCTION lease._mark_exclusive_wait(text) FROM PUBLIC;
 

@@ -74,7 +74,7 @@ UPDATE lease.leases SET epoch = 1;
 DELETE FROM lease.leases;
 TRUNCATE lease.leases;
 SELECT lease._validate('acquire', ARRAY['k'], 'o', NULL, interval '1 hour', interval '0');
-SELECT * FROM lease._acquire_wait('job-1', 'app', interval '1 hour', interval '1 second');
+SELECT * FROM lease._acquire_wait('job-1', 'app', interval '1 hour', interval '1 second', false);
 SELECT lease._is_plain_text('k');
 SELECT lease._is_plain_ttl(interval '1 hour');
 SELECT lease._is_plain_zero(interval '0');

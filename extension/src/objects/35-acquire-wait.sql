@@ -128,31 +128,45 @@ BEGIN
 
         -- Held by another owner: its expiry, as committed now.  Sleep no
         -- further than that (a lapse is taken at once), and no longer than
-        -- a poll while a transaction keeps the row locked.
-        v_holder_until := NULL;
-        IF NOT v_locked THEN
-            -- A counted key (§13): the first of its permits to lapse.
-            SELECT COALESCE(l.expires_at,
-                            (SELECT pg_catalog.min(p.expires_at) FROM lease.permits AS p
-                              WHERE p.key = p_key COLLATE pg_catalog."C"
-                                AND p.expires_at > v_now)),
-                   l.permit_limit
-              INTO v_holder_until, v_limit
-              FROM lease.leases AS l
-             WHERE l.key = p_key COLLATE pg_catalog."C";
-            -- An exclusive acquirer denied by shared grants marks the key
-            -- until its transaction ends: no new shared grant meanwhile
-            -- (the no-starvation rule, 45-permits.sql, §13).
-            IF NOT p_shared AND v_limit = 0 AND NOT v_marked THEN
-                BEGIN
-                    PERFORM lease._mark_exclusive_wait(p_key);
-                    v_marked := true;
-                EXCEPTION
-                    -- A shared grant's transaction outlived this poll's
-                    -- lock_timeout: mark at the next poll.
-                    WHEN lock_not_available THEN NULL;
-                END;
-            END IF;
+        -- a poll while a transaction keeps the row locked.  The read takes
+        -- no lock, so it runs also while the row is locked.
+        -- A counted key (§13): the first of its permits to lapse.
+        SELECT COALESCE(l.expires_at,
+                        (SELECT pg_catalog.min(p.expires_at) FROM lease.permits AS p
+                          WHERE p.key = p_key COLLATE pg_catalog."C"
+                            AND p.expires_at > v_now)),
+               l.permit_limit
+          INTO v_holder_until, v_limit
+          FROM lease.leases AS l
+         WHERE l.key = p_key COLLATE pg_catalog."C";
+        IF v_locked THEN
+            v_holder_until := NULL;
+        END IF;
+        -- An exclusive acquirer denied by shared grants marks the key until
+        -- its transaction ends: no new shared grant meanwhile (the
+        -- no-starvation rule, 45-permits.sql, §13).  Also while a shared
+        -- grant's open transaction keeps the row locked: readers whose
+        -- transactions overlap lock the row without a pause.  The mark
+        -- queues for up to a probe interval (never past the deadline), so
+        -- that the shared grants' open transactions end meanwhile while no
+        -- new one takes the share mode.
+        IF NOT p_shared AND v_limit = 0 AND NOT v_marked THEN
+            PERFORM pg_catalog.set_config(
+                'lock_timeout',
+                GREATEST(pg_catalog.ceil(1000 * pg_catalog.date_part(
+                             'epoch', LEAST(c_probe_every, v_deadline - v_now))),
+                         1)::text || 'ms',
+                true);
+            BEGIN
+                PERFORM lease._mark_exclusive_wait(p_key);
+                v_marked := true;
+            EXCEPTION
+                -- A shared grant's transaction outlived the wait: try
+                -- again at the next poll.
+                WHEN lock_not_available THEN NULL;
+            END;
+            v_now := pg_catalog.clock_timestamp();
+            EXIT WHEN v_now >= v_deadline;
         END IF;
 
         IF v_probe AND v_now >= v_next_probe THEN

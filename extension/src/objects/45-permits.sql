@@ -292,8 +292,9 @@ REVOKE ALL ON FUNCTION lease._acquire_permit(text, text, interval, boolean) FROM
  * is made while an exclusive acquirer waits; the shared grants already
  * live lapse or are released, and the waiter takes the key.  Shared grants
  * hold the share lock till their transactions end and never deny each
- * other; a waiter queues for the lock for at most a poll (the loop's
- * lock_timeout) and tries again at its next poll, and a second waiter
+ * other; a waiter queues for the lock for at most a second (never past
+ * its deadline; 35-acquire-wait.sql) and tries again at its next poll, also
+ * while a reader's open transaction keeps the key's row locked, and a second waiter
  * finds the first one's mark, which already holds readers off.
  *
  * The mark is a lock rather than a row because the waiter's writes are not

@@ -31,6 +31,8 @@ const USAGE = `Usage: npm run bench:instructions -- [options]
   --major N           embedded PostgreSQL N (14-18; default 18)
   --pg-config PATH    a system build, by its pg_config
   --calls N           calls per measured loop (default 200)
+  --operations LIST   only these, comma-separated (default all: acquire, first, renew,
+                      release, inspect, denied, permit, permit-release, permit-denied)
   --variants          also the diagnostic copies without SET search_path / SECURITY DEFINER
   --candidate FILE    also a proposed install script (.sql, or a .patch against extension/sql)
   --out FILE          also write the table (markdown) to FILE
@@ -50,8 +52,13 @@ interface Operation {
   keys: 'free' | 'held' | 'held by another' | 'never';
   /** One call and its check, for a lease-shaped arm in `schema`; the key is `'ic-' || i`. */
   lease(schema: string): string;
-  /** The same on bare.leases. */
+  /** The same on bare.leases (or, for the counted-key operations, on bare.sem). */
   bare: string;
+  /**
+   * The set-up of `rows` keys when `keys` does not describe it (counted keys): statements run
+   * before the loop, which may set `e` (bigint) for the loop to use.
+   */
+  setup?(arm: Arm, rows: number): string;
 }
 
 const KEY = `'ic-' || i`;
@@ -65,6 +72,36 @@ const leaseAcquire = (s: string) =>
 
 /** The bench's bare acquire: the conditional upsert; on a key held by another it returns no row. */
 const BARE_UPSERT = `INSERT INTO bare.leases AS l (key, owner, epoch, expires_at) VALUES (${KEY}, 'bench', 1, clock_timestamp() + interval '5 minutes') ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() RETURNING true INTO ok;`;
+
+/**
+ * The hand-written semaphore of `npm run bench:permits`: a row per key with its holder count,
+ * locked FOR UPDATE, incremented when below the limit (the commit after it is the loop's).
+ */
+const SEM_ACQUIRE = `SELECT s.holders < s.max_holders INTO ok FROM bare.sem AS s WHERE s.key = ${KEY} FOR UPDATE; IF ok THEN UPDATE bare.sem SET holders = holders + 1 WHERE key = ${KEY}; END IF;`;
+
+/**
+ * Counted keys 'ic-1'..'ic-rows' with limit 4 and `live` permits each (by 'bench' when one,
+ * by 'other-1'.. otherwise); `e` is the epoch of the first key's first permit, which is every
+ * key's (each key's row starts at the same epoch floor). The bare arm: bare.sem with the same
+ * counts.
+ */
+function countedSetup(arm: Arm, rows: number, live: number): string {
+  const keys = `FROM generate_series(1, ${rows}) AS g`;
+  if (arm.script === 'bare')
+    return (
+      `CREATE TABLE bare.sem (key text PRIMARY KEY, holders integer NOT NULL, max_holders integer NOT NULL); ` +
+      `INSERT INTO bare.sem SELECT 'ic-' || g, ${live}, 4 ${keys};`
+    );
+  const s = arm.schema ?? 'lease';
+  const owner = live === 1 ? `'bench'` : `'other-' || o`;
+  return (
+    `PERFORM ${s}.set_limit('ic-' || g, 4) ${keys}; ` +
+    (live > 0
+      ? `PERFORM ${s}.acquire('ic-' || g, ${owner}, interval '1 day') ${keys}, generate_series(1, ${live}) AS o; ` +
+        `SELECT min(h.epoch) INTO e FROM ${s}.holders('ic-1') AS h;`
+      : '')
+  );
+}
 
 const OPERATIONS: Operation[] = [
   {
@@ -127,6 +164,37 @@ const OPERATIONS: Operation[] = [
     lease: (s) => checked(leaseAcquire(s), 'ok IS NOT FALSE'),
     bare: checked(BARE_UPSERT, 'ok IS NOT NULL'),
   },
+  {
+    id: 'permit',
+    title: 'acquire of a permit (counted key, limit 4, none live)',
+    keys: 'free',
+    setup: (arm, rows) => countedSetup(arm, rows, 0),
+    lease: (s) => checked(leaseAcquire(s), 'ok IS NOT TRUE'),
+    bare: checked(SEM_ACQUIRE, 'ok IS NOT TRUE'),
+  },
+  {
+    id: 'permit-release',
+    title: 'release of a permit (counted key, limit 4, 1 live)',
+    keys: 'held',
+    setup: (arm, rows) => countedSetup(arm, rows, 1),
+    lease: (s) =>
+      checked(
+        `SELECT r.status = 'ok' INTO ok FROM ${s}.release(${KEY}, 'bench', e) AS r;`,
+        'ok IS NOT TRUE',
+      ),
+    bare: checked(
+      `UPDATE bare.sem SET holders = holders - 1 WHERE key = ${KEY} AND holders > 0 RETURNING true INTO ok;`,
+      'ok IS NOT TRUE',
+    ),
+  },
+  {
+    id: 'permit-denied',
+    title: 'acquire of a permit of a full key (limit 4, 4 live)',
+    keys: 'held by another',
+    setup: (arm, rows) => countedSetup(arm, rows, 4),
+    lease: (s) => checked(leaseAcquire(s), 'ok IS NOT FALSE'),
+    bare: checked(SEM_ACQUIRE, 'ok IS NOT FALSE'),
+  },
 ];
 
 /** The single-line DO block that prepares `rows` keys and calls the operation `calls` times. */
@@ -136,14 +204,17 @@ function loopStatement(operation: Operation, arm: Arm, rows: number, calls: numb
     operation.keys === 'free' || operation.keys === 'never'
       ? ['NULL', 'NULL']
       : [operation.keys === 'held' ? `'bench'` : `'other'`, `clock_timestamp() + interval '1 day'`];
-  const setup = `INSERT INTO ${table} (key, owner, epoch, expires_at) SELECT '${operation.keys === 'never' ? 'other' : 'ic'}-' || g, ${owner}, 1, ${expires} FROM generate_series(1, ${rows}) AS g;`;
+  const setup = operation.setup
+    ? operation.setup(arm, rows)
+    : `INSERT INTO ${table} (key, owner, epoch, expires_at) SELECT '${operation.keys === 'never' ? 'other' : 'ic'}-' || g, ${owner}, 1, ${expires} FROM generate_series(1, ${rows}) AS g;`;
   const call = arm.script === 'bare' ? operation.bare : operation.lease(arm.schema ?? 'lease');
-  return `DO $$ DECLARE ok boolean; BEGIN ${setup} COMMIT; FOR i IN 1..${calls} LOOP ${call} COMMIT; END LOOP; END $$;\n`;
+  return `DO $$ DECLARE ok boolean; e bigint; BEGIN ${setup} COMMIT; FOR i IN 1..${calls} LOOP ${call} COMMIT; END LOOP; END $$;\n`;
 }
 
 interface Options {
   installation: InstallationRequest;
   calls: number;
+  operations: Operation[];
   variants: boolean;
   candidates: string[];
   out?: string;
@@ -156,6 +227,7 @@ function parseOptions(argv: string[]): Options | undefined {
       major: { type: 'string' },
       'pg-config': { type: 'string' },
       calls: { type: 'string' },
+      operations: { type: 'string' },
       variants: { type: 'boolean' },
       candidate: { type: 'string', multiple: true },
       out: { type: 'string' },
@@ -171,11 +243,16 @@ function parseOptions(argv: string[]): Options | undefined {
     : values.major
       ? { major: Number(values.major) }
       : {};
+  const ids = values.operations?.split(',') ?? OPERATIONS.map((op) => op.id);
+  for (const id of ids)
+    if (!OPERATIONS.some((op) => op.id === id))
+      throw new UsageError(`--operations: no operation "${id}"`);
   for (const file of values.candidate ?? [])
     if (!fs.existsSync(file)) throw new UsageError(`--candidate ${file}: no such file`);
   return {
     installation,
     calls,
+    operations: OPERATIONS.filter((op) => ids.includes(op.id)),
     variants: values.variants ?? false,
     candidates: values.candidate ?? [],
     ...(values.out ? { out: path.resolve(values.out) } : {}),
@@ -237,7 +314,7 @@ async function main(): Promise<number> {
 
     const rows = SHORT_LOOP + options.calls;
     const perCall = new Map<string, number>();
-    for (const operation of OPERATIONS)
+    for (const operation of options.operations)
       for (const arm of arms) {
         const short = count(loopStatement(operation, arm, rows, SHORT_LOOP));
         const long = count(loopStatement(operation, arm, rows, rows));
@@ -254,7 +331,7 @@ async function main(): Promise<number> {
       `| operation | bare SQL | ${others.map((a) => `${a.id} | ${a.id} - bare | ${a.id} / bare`).join(' | ')} |`,
       `|---|---:|${others.map(() => '---:|---:|---:').join('|')}|`,
     ];
-    for (const operation of OPERATIONS) {
+    for (const operation of options.operations) {
       const bare = perCall.get(`${operation.id}|bare`)!;
       const cells = others.map((arm) => {
         const value = perCall.get(`${operation.id}|${arm.id}`)!;
@@ -263,6 +340,12 @@ async function main(): Promise<number> {
       lines.push(`| ${operation.title} | ${k(bare)} | ${cells.join(' | ')} |`);
     }
     lines.push('', ...others.map((arm) => `- \`${arm.id}\`: ${arm.label}`));
+    if (options.operations.some((op) => op.setup))
+      lines.push(
+        '- bare SQL of the permit rows: the hand-written semaphore of `npm run bench:permits`, ' +
+          'a row per key with a holder count (`bare.sem`): `SELECT ... FOR UPDATE`, then ' +
+          '`UPDATE ... SET holders = holders + 1` when below the limit; release `holders - 1`.',
+      );
     const table = `${lines.join('\n')}\n`;
     process.stdout.write(table);
     if (options.out) fs.writeFileSync(options.out, table);

@@ -84,7 +84,12 @@ const stamp = new Date()
   .replace(/\.\d+Z$/, 'Z');
 const out =
   values.out ??
-  path.join(PACKAGE_ROOT, 'bench', 'results', `${stamp}-scale${quick ? '-quick' : ''}`);
+  path.join(
+    PACKAGE_ROOT,
+    'bench',
+    'results',
+    `${stamp}-${values.phases === 'peers' ? 'peers' : 'scale'}${quick ? '-quick' : ''}`,
+  );
 const log = (line: string) =>
   process.stderr.write(`[scale ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
 
@@ -117,12 +122,24 @@ interface ArmResult {
   cyclesPerSecond: number;
   /** CPU time of this Node.js process per cycle (user + system), µs. */
   clientCpuUs: number;
-  /** CPU time of all server processes per cycle, µs (10 ms ticks summed over the slices). */
+  /** CPU time of the arm's server processes per cycle, µs (10 ms ticks summed over the slices). */
   serverCpuUs: number;
+  /** Per-cycle deltas of the arm's counters (round trips, commits, fsyncs), when it has any. */
+  perCycle?: Record<string, number>;
 }
 
 /** The cluster whose server CPU `interleaved` charges to each arm; set by main. */
 let benchCluster: PgCluster | undefined;
+
+/** What `interleaved` reads around each slice of an arm, besides the client's own CPU. */
+interface Probes {
+  /** CPU ticks of the arm's server (default: all of the bench cluster's processes). */
+  serverTicks?: Record<string, () => number | undefined>;
+  /** Counters read before and after each slice of the arm; reported per cycle. */
+  counters?: Record<string, () => Promise<Record<string, number>>>;
+  /** Pause after a slice before its counters are read (PostgreSQL's statistics lag ~1 s). */
+  settleMs?: number;
+}
 
 /** Alternates the arms in slices (order reversed every slice); medians over slices. */
 async function interleaved(
@@ -130,21 +147,45 @@ async function interleaved(
   workers: number,
   slices: number,
   sliceMs: number,
+  probes: Probes = {},
 ): Promise<Record<string, ArmResult>> {
   const names = Object.keys(arms);
   const perArm = new Map<
     string,
-    { p50: number[]; rate: number[]; cycles: number; clientUs: number; serverTicks: number }
-  >(names.map((n) => [n, { p50: [], rate: [], cycles: 0, clientUs: 0, serverTicks: 0 }]));
+    {
+      p50: number[];
+      rate: number[];
+      cycles: number;
+      clientUs: number;
+      serverTicks: number;
+      counted: Record<string, number>;
+    }
+  >(
+    names.map((n) => [
+      n,
+      { p50: [], rate: [], cycles: 0, clientUs: 0, serverTicks: 0, counted: {} },
+    ]),
+  );
+  const defaultTicks = () => (benchCluster ? serverCpuTicks(benchCluster) : undefined);
   for (let slice = 0; slice < slices; slice++) {
     const order = slice % 2 ? [...names].reverse() : names;
     for (const name of order) {
       const arm = perArm.get(name)!;
+      const ticksOf = probes.serverTicks?.[name] ?? defaultTicks;
+      const count = probes.counters?.[name];
+      if (count && probes.settleMs) await sleep(probes.settleMs);
+      const counts0 = count ? await count() : undefined;
       const cpu0 = process.cpuUsage();
-      const ticks0 = benchCluster ? serverCpuTicks(benchCluster) : undefined;
+      const ticks0 = ticksOf();
       const latencies = await runFor(workers, sliceMs, arms[name]!);
       const cpu = process.cpuUsage(cpu0);
-      const ticks1 = benchCluster ? serverCpuTicks(benchCluster) : undefined;
+      const ticks1 = ticksOf();
+      if (count) {
+        if (probes.settleMs) await sleep(probes.settleMs);
+        const counts1 = await count();
+        for (const [k, v] of Object.entries(counts1))
+          arm.counted[k] = (arm.counted[k] ?? 0) + v - (counts0![k] ?? 0);
+      }
       arm.cycles += latencies.length;
       arm.clientUs += cpu.user + cpu.system;
       if (ticks0 !== undefined && ticks1 !== undefined) arm.serverTicks += ticks1 - ticks0;
@@ -156,15 +197,17 @@ async function interleaved(
   return Object.fromEntries(
     names.map((n) => {
       const arm = perArm.get(n)!;
-      return [
-        n,
-        {
-          p50Us: median(arm.p50),
-          cyclesPerSecond: median(arm.rate),
-          clientCpuUs: arm.clientUs / arm.cycles,
-          serverCpuUs: (arm.serverTicks * TICK_MS * 1000) / arm.cycles,
-        },
-      ];
+      const result: ArmResult = {
+        p50Us: median(arm.p50),
+        cyclesPerSecond: median(arm.rate),
+        clientCpuUs: arm.clientUs / arm.cycles,
+        serverCpuUs: (arm.serverTicks * TICK_MS * 1000) / arm.cycles,
+      };
+      if (probes.counters?.[n])
+        result.perCycle = Object.fromEntries(
+          Object.entries(arm.counted).map(([k, v]) => [k, v / arm.cycles]),
+        );
+      return [n, result];
     }),
   );
 }
@@ -424,11 +467,74 @@ async function untilListening(port: number): Promise<void> {
   }
 }
 
+/** Settings of the peers' servers, appended to environment.md by main. */
+const peerSettings: string[] = [];
+
+/** Stops a server this run started and waits for it to exit (at most 10 s, then SIGKILL). */
+async function stopServer(child: ChildProcess | undefined): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+function findBinary(name: string, env: string | undefined): string | undefined {
+  for (const candidate of [env, `/usr/bin/${name}`, `/usr/local/bin/${name}`])
+    if (candidate && fs.existsSync(candidate)) return candidate;
+  const which = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' });
+  return which.status === 0 && which.stdout.trim() ? which.stdout.trim() : undefined;
+}
+
+/** Sums the samples of the named metrics in a Prometheus text page. */
+function metricSums(text: string, names: string[]): Record<string, number> {
+  const sums: Record<string, number> = Object.fromEntries(names.map((n) => [n, 0]));
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#')) continue;
+    const name = line.split(/[{ ]/, 1)[0]!;
+    if (name in sums) sums[name] = sums[name]! + Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sums;
+}
+
 async function peersPhase(url: string): Promise<void> {
   log('peers');
   md.push('## Peers: 16 workers, acquire + renew + release', '');
   const redisServer = findRedisServer();
-  const pool = new pg.Pool({ connectionString: url, max: 16 });
+  // Counts the statements the pg-lease arms send: one round trip each.
+  let pgStatements = 0;
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: 16,
+    Client: class extends pg.Client {
+      override query(...args: unknown[]): never {
+        pgStatements++;
+        return (super.query as (...a: unknown[]) => never)(...args);
+      }
+    },
+  });
+  const stats = new pg.Client({ connectionString: url });
+  await stats.connect();
+  const pgMajor = Number(
+    (await stats.query<{ v: string }>("SELECT current_setting('server_version_num') AS v")).rows[0]!
+      .v,
+  );
+  // WAL flushes: pg_stat_io (object wal) from 18 on, pg_stat_wal.wal_sync in 14..17.
+  const walSyncSql =
+    pgMajor >= 180000
+      ? "SELECT coalesce(sum(fsyncs), 0)::float8 AS n FROM pg_stat_io WHERE object = 'wal'"
+      : pgMajor >= 140000
+        ? 'SELECT wal_sync::float8 AS n FROM pg_stat_wal'
+        : 'SELECT 0::float8 AS n';
+  const pgCounters = async (): Promise<Record<string, number>> => {
+    const statements = pgStatements;
+    const { rows } = await stats.query<{ commits: number; syncs: number }>(
+      `SELECT (SELECT xact_commit::float8 FROM pg_stat_database WHERE datname = current_database()) AS commits,
+              (${walSyncSql}) AS syncs`,
+    );
+    return { roundTrips: statements, commits: rows[0]!.commits, fsyncs: rows[0]!.syncs };
+  };
   const client = new LeaseClient(pool);
   const coalescing = new LeaseClient(pool, { coalesce: true, owner: `peers-${process.pid}` });
   const arms: Record<string, Cycle> = {
@@ -443,25 +549,35 @@ async function peersPhase(url: string): Promise<void> {
       await lease!.release();
     },
   };
-  let redis: ChildProcess | undefined;
-  let dir: string | undefined;
-  let closeRedlock: (() => Promise<void>) | undefined;
+  const serverTicks: Record<string, () => number | undefined> = {};
+  const counters: Record<string, () => Promise<Record<string, number>>> = {
+    'pg-lease client': pgCounters,
+    'pg-lease client, coalesce: true': pgCounters,
+  };
+  const serverName: Record<string, string> = {
+    'pg-lease client': 'PostgreSQL',
+    'pg-lease client, coalesce: true': 'PostgreSQL',
+  };
+  const notes: string[] = [];
+  const cleanups: (() => Promise<void>)[] = [];
   let redisVersion: string | undefined;
-  let note: string;
-  const redlockModules = await loadRedlock();
-  if (!redisServer) {
-    note =
-      'node-redlock arm SKIPPED: redis-server is not installed (Debian: `apt-get install redis-server`).';
-  } else if (!redlockModules) {
-    note =
-      'node-redlock arm SKIPPED: the redlock and ioredis packages are not installed (`npm ci`).';
-  } else {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-redis-'));
-    const port = await freePort();
-    redisVersion = spawnSync(redisServer, ['--version'], { encoding: 'utf8' }).stdout.trim();
-    redis = spawn(
-      redisServer,
-      [
+  let etcdVersion: string | undefined;
+  try {
+    // ---- node-redlock on Redis
+    const redlockModules = await loadRedlock();
+    if (!redisServer) {
+      notes.push(
+        'node-redlock arm SKIPPED: redis-server is not installed (Debian: `apt-get install redis-server`).',
+      );
+    } else if (!redlockModules) {
+      notes.push(
+        'node-redlock arm SKIPPED: the redlock and ioredis packages are not installed (`npm ci`).',
+      );
+    } else {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-redis-'));
+      const port = await freePort();
+      redisVersion = spawnSync(redisServer, ['--version'], { encoding: 'utf8' }).stdout.trim();
+      const redisArgs = [
         '--port',
         String(port),
         '--bind',
@@ -476,50 +592,206 @@ async function peersPhase(url: string): Promise<void> {
         '',
         '--daemonize',
         'no',
-      ],
-      { stdio: 'ignore' },
-    );
-    const { Redis, Redlock } = redlockModules;
-    const connection = new Redis({ port, host: '127.0.0.1', lazyConnect: true });
-    try {
+      ];
+      const redis = spawn(redisServer, redisArgs, { stdio: 'ignore' });
+      cleanups.push(async () => {
+        await stopServer(redis);
+        fs.rmSync(dir, { recursive: true, force: true });
+      });
+      const { Redis, Redlock } = redlockModules;
+      const connection = new Redis({ port, host: '127.0.0.1', lazyConnect: true });
       await untilListening(port);
       await connection.connect();
-    } catch (error) {
-      // Never leave the server behind.
-      redis.kill('SIGTERM');
-      fs.rmSync(dir, { recursive: true, force: true });
-      await pool.end();
-      throw error;
+      cleanups.unshift(async () => connection.disconnect());
+      // A second connection reads the command counter, so that it is not queued behind the arm.
+      const admin = new Redis({ port, host: '127.0.0.1', lazyConnect: true });
+      await admin.connect();
+      cleanups.unshift(async () => admin.disconnect());
+      const redlock = new Redlock([connection], { retryCount: 0 });
+      const name = 'node-redlock (Redis, appendfsync always)';
+      arms[name] = async (worker) => {
+        const lock = await redlock.lock(`peer-${worker}`, 30_000);
+        const extended = await lock.extend(30_000);
+        await extended.unlock();
+      };
+      serverTicks[name] = () => (redis.pid ? processCpuTicks(redis.pid) : undefined);
+      serverName[name] = 'Redis';
+      counters[name] = async () => {
+        const info = String(await admin.info('stats'));
+        const n = Number(/total_commands_processed:(\d+)/.exec(info)?.[1] ?? NaN);
+        return { roundTrips: n };
+      };
+      notes.push(
+        `Redis: ${redisVersion}, one instance, \`${['redis-server', ...redisArgs.map((a) => (a === '' ? "''" : a))].join(' ')}\` (data dir a fresh temp dir, removed afterwards): every write is in the append-only file and fsynced before its reply, one fsync per event-loop turn that wrote; node-redlock 4 over ioredis, one connection for all 16 workers, as redlock is used. Round trips for Redis are the commands it processed (total_commands_processed; the counter's own INFO adds one a slice), 16 workers pipelined on one connection; its fsyncs are not counted.`,
+      );
+      peerSettings.push(
+        `Redis: ${redisVersion}; \`appendonly yes\`, \`appendfsync always\` (fsync before replying, per event-loop turn), \`save ''\` (no RDB snapshots); one instance on 127.0.0.1, data dir a fresh temp dir.`,
+      );
     }
-    const redlock = new Redlock([connection], { retryCount: 0 });
-    arms['node-redlock (Redis, appendfsync always)'] = async (worker) => {
-      const lock = await redlock.lock(`peer-${worker}`, 30_000);
-      const extended = await lock.extend(30_000);
-      await extended.unlock();
-    };
-    closeRedlock = async () => {
-      connection.disconnect();
-    };
-    note = `Redis: ${redisVersion}, one instance, \`--appendonly yes --appendfsync always\`, data dir under ${os.tmpdir()}, like the cluster's; node-redlock 4 over ioredis, one connection for all 16 workers, as redlock is used.`;
-  }
-  try {
-    for (const cycle of Object.values(arms)) await runFor(16, 1_000, cycle);
-    const r = await interleaved(arms, 16, quick ? 3 : 6, quick ? 1_000 : 2_000);
-    md.push(
-      '| arm | cycles/s | p50 µs | client CPU µs/cycle | PostgreSQL CPU µs/cycle |',
-      '|---|---:|---:|---:|---:|',
+
+    // ---- etcd: lease grant + put with the lease (guarded by a transaction) + keepalive + revoke
+    const etcdBinary = findBinary('etcd', process.env.ETCD);
+    const etcdModule = await loadEtcd();
+    if (!etcdBinary) {
+      notes.push(
+        'etcd arm SKIPPED: etcd is not installed (Debian: `apt-get install etcd-server`, or set ETCD to the binary).',
+      );
+    } else if (!etcdModule) {
+      notes.push('etcd arm SKIPPED: the etcd3 package is not installed (`npm ci`).');
+    } else {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-lease-etcd-'));
+      const clientPort = await freePort();
+      const peerPort = await freePort();
+      etcdVersion = spawnSync(etcdBinary, ['--version'], { encoding: 'utf8' })
+        .stdout.split('\n')[0]!
+        .trim();
+      const clientUrl = `http://127.0.0.1:${clientPort}`;
+      const peerUrl = `http://127.0.0.1:${peerPort}`;
+      const etcdArgs = [
+        '--name',
+        'bench',
+        '--data-dir',
+        path.join(dir, 'data'),
+        '--listen-client-urls',
+        clientUrl,
+        '--advertise-client-urls',
+        clientUrl,
+        '--listen-peer-urls',
+        peerUrl,
+        '--initial-advertise-peer-urls',
+        peerUrl,
+        '--initial-cluster',
+        `bench=${peerUrl}`,
+      ];
+      const etcd = spawn(etcdBinary, etcdArgs, {
+        stdio: ['ignore', 'ignore', fs.openSync(path.join(dir, 'etcd.log'), 'w')],
+      });
+      cleanups.push(async () => {
+        await stopServer(etcd);
+        fs.rmSync(dir, { recursive: true, force: true });
+      });
+      await untilListening(clientPort);
+      const etcdClient = new etcdModule.Etcd3({ hosts: clientUrl });
+      cleanups.unshift(async () => etcdClient.close());
+      // Ready when a write goes through (the member has elected itself leader).
+      for (let i = 0; ; i++) {
+        try {
+          await etcdClient.put('ready').value('1');
+          break;
+        } catch (error) {
+          if (i > 100) throw error;
+          await sleep(100);
+        }
+      }
+      const name = 'etcd (etcd3 client, defaults: fsync on)';
+      arms[name] = async (worker, round) => {
+        const key = `peer-${worker}`;
+        const lease = etcdClient.lease(30, { autoKeepAlive: false });
+        const id = await lease.grant();
+        const put = await etcdClient
+          .if(key, 'Create', '==', 0)
+          .then(etcdClient.put(key).value(`${worker}-${round}`).lease(id))
+          .commit();
+        if (!put.succeeded) throw new Error(`etcd: ${key} held`);
+        await lease.keepaliveOnce();
+        await lease.revoke();
+      };
+      serverTicks[name] = () => (etcd.pid ? processCpuTicks(etcd.pid) : undefined);
+      serverName[name] = 'etcd';
+      const metrics = [
+        'grpc_server_handled_total',
+        'etcd_disk_wal_fsync_duration_seconds_count',
+        'etcd_disk_backend_commit_duration_seconds_count',
+      ];
+      counters[name] = async () => {
+        const text = await (await fetch(`${clientUrl}/metrics`)).text();
+        const m = metricSums(text, metrics);
+        return {
+          roundTrips: m.grpc_server_handled_total!,
+          commits: m.etcd_disk_backend_commit_duration_seconds_count!,
+          fsyncs: m.etcd_disk_wal_fsync_duration_seconds_count!,
+        };
+      };
+      notes.push(
+        `etcd: ${etcdVersion}, one member, \`${['etcd', ...etcdArgs].join(' ')}\` in a fresh temp dir (removed afterwards), every other setting its default: the WAL is fsynced before a write is acknowledged (one fsync per raft batch), the backend (bbolt) commits every 100 ms or 10000 writes. ` +
+          'A cycle is a user’s lock on etcd with the `etcd3` client (gRPC, one HTTP/2 connection for all 16 workers): lease grant, a transaction that puts the key with the lease if the key does not exist (create revision 0), one keepalive (keepaliveOnce), lease revoke (which deletes the key). ' +
+          'Round trips are gRPC calls handled (grpc_server_handled_total; the keepalive is a stream), fsyncs etcd_disk_wal_fsync_duration_seconds_count, commits etcd_disk_backend_commit_duration_seconds_count (bbolt), from its /metrics.',
+      );
+      peerSettings.push(
+        `etcd: ${etcdVersion}; defaults (WAL fsync on every raft batch before acknowledging, no \`--unsafe-no-fsync\`; backend batch interval 100 ms / 10000 ops; snapshot count default); one member on 127.0.0.1, data dir a fresh temp dir; client: etcd3 ${etcdModule.version}.`,
+      );
+    }
+
+    peerSettings.push(
+      'PostgreSQL: fsync on, synchronous_commit on (Server settings above), the bench cluster of the other phases.',
     );
+    for (const cycle of Object.values(arms)) await runFor(16, 1_000, cycle);
+    const r = await interleaved(arms, 16, quick ? 3 : 6, quick ? 1_000 : 2_000, {
+      serverTicks,
+      counters,
+      settleMs: 1_200,
+    });
+    md.push(
+      '| arm | cycles/s | p50 µs | client CPU µs/cycle | server CPU µs/cycle | round trips/cycle | commits/cycle | fsyncs/cycle |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|',
+    );
+    const num = (v: number | undefined, digits = 2) =>
+      v === undefined || Number.isNaN(v) ? 'n/a' : v.toFixed(digits);
     for (const [name, v] of Object.entries(r))
       md.push(
-        `| ${name} | ${v.cyclesPerSecond.toFixed(0)} | ${v.p50Us.toFixed(0)} | ${v.clientCpuUs.toFixed(0)} | ${v.serverCpuUs.toFixed(0)} |`,
+        `| ${name} | ${v.cyclesPerSecond.toFixed(0)} | ${v.p50Us.toFixed(0)} | ${v.clientCpuUs.toFixed(0)} | ${v.serverCpuUs.toFixed(0)} (${serverName[name]}) | ${num(v.perCycle?.roundTrips)} | ${num(v.perCycle?.commits)} | ${num(v.perCycle?.fsyncs)} |`,
       );
-    md.push('', note, '');
-    summary.peers = { arms: r, note, redisVersion };
+    md.push(
+      '',
+      'Medians over alternating slices of 16 workers, each on a key of its own. ' +
+        'Server CPU is the arm’s own server’s (all PostgreSQL processes; the redis-server process; the etcd process, all threads), /proc ticks of 10 ms summed over the arm’s slices. ' +
+        'PostgreSQL round trips are the statements the client sent (the arm’s pool counts them), commits `xact_commit` of the database, fsyncs the WAL fsyncs of every process (pg_stat_io from 18 on, pg_stat_wal before); counters are read 1.2 s after a slice so that the backends have flushed their statistics.',
+      '',
+      ...notes.flatMap((n) => [n, '']),
+    );
+    summary.peers = { arms: r, notes, redisVersion, etcdVersion, settings: peerSettings };
   } finally {
-    await closeRedlock?.();
-    redis?.kill('SIGTERM');
-    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    for (const cleanup of cleanups) await cleanup().catch(() => undefined);
+    await stats.end();
     await pool.end();
+  }
+}
+
+interface EtcdModule {
+  version: string;
+  Etcd3: new (options: { hosts: string }) => EtcdClient;
+}
+
+interface EtcdClient {
+  close(): void;
+  lease(
+    ttl: number,
+    options: { autoKeepAlive: boolean },
+  ): {
+    grant(): Promise<string>;
+    keepaliveOnce(): Promise<unknown>;
+    revoke(): Promise<void>;
+  };
+  put(key: string): {
+    value(v: string): Promise<unknown> & { lease(id: string): unknown };
+  };
+  if(
+    key: string,
+    column: string,
+    cmp: string,
+    value: number,
+  ): { then(...ops: unknown[]): { commit(): Promise<{ succeeded: boolean }> } };
+}
+
+async function loadEtcd(): Promise<EtcdModule | undefined> {
+  try {
+    const etcd3 = (await import('etcd3' as string)) as { Etcd3: EtcdModule['Etcd3'] };
+    const pkg = JSON.parse(
+      fs.readFileSync(path.join(PACKAGE_ROOT, 'node_modules', 'etcd3', 'package.json'), 'utf8'),
+    ) as { version: string };
+    return { Etcd3: etcd3.Etcd3, version: pkg.version };
+  } catch {
+    return undefined;
   }
 }
 
@@ -527,6 +799,7 @@ interface RedlockModules {
   Redis: new (options: Record<string, unknown>) => {
     connect(): Promise<void>;
     disconnect(): void;
+    info(section: string): Promise<string>;
   };
   Redlock: new (
     clients: unknown[],
@@ -839,6 +1112,13 @@ async function main(): Promise<void> {
   } finally {
     await cluster.destroy();
   }
+  if (peerSettings.length)
+    fs.appendFileSync(
+      path.join(out, 'environment.md'),
+      ['', '## Peers’ settings (phase peers)', '', ...peerSettings.map((l) => `- ${l}`), ''].join(
+        '\n',
+      ),
+    );
   fs.writeFileSync(path.join(out, 'summary.md'), md.join('\n') + '\n');
   fs.writeFileSync(path.join(out, 'summary.json'), JSON.stringify(summary, null, 2) + '\n');
   log(`done: ${path.join(out, 'summary.md')}`);

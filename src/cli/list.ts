@@ -1,6 +1,7 @@
 /**
  * `pg-lease list`: the keys of the database at a glance, as `lease.list` reports them.
  */
+import type { LeaseHolder } from '../client.js';
 import type { ListedLease } from '../operations.js';
 import { openLeaseClient, parseCommand, print } from './common.js';
 import { commandHelp } from './help.js';
@@ -19,10 +20,17 @@ export async function listCommand(args: string[]): Promise<number> {
   }
   const { client, close } = openLeaseClient(values);
   try {
-    const leases = await client.list({
+    const listed = await client.list({
       ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
       all: values.all,
     });
+    // A key held by many (a counted key's permits, shared grants) lists no owner: its holders,
+    // asked for one key at a time (a holder may be gone by then; the key then shows as listed).
+    const leases: (ListedLease & { holders?: LeaseHolder[] })[] = [];
+    for (const lease of listed) {
+      if (!(lease.held && lease.owner === null)) leases.push(lease);
+      else leases.push({ ...lease, holders: await client.holders(lease.key) });
+    }
     print(values.json, leaseTable(leases, values.all), { leases });
     return EXIT.OK;
   } finally {
@@ -31,17 +39,32 @@ export async function listCommand(args: string[]): Promise<number> {
 }
 
 /** The text table of `list` and `watch`: one line per key, or a note when there is none. */
-export function leaseTable(leases: ListedLease[], all: boolean): string {
+export function leaseTable(
+  leases: (ListedLease & { holders?: LeaseHolder[] })[],
+  all: boolean,
+): string {
   if (leases.length === 0) return all ? '(no keys)' : '(no key is held)';
   const rows = [
     ['KEY', 'STATE', 'OWNER', 'EPOCH', 'TIME LEFT'],
-    ...leases.map((lease) => [
-      printable(lease.key),
-      lease.held ? 'held' : 'free',
-      lease.owner === null ? '-' : printable(lease.owner),
-      lease.epoch.toString(),
-      lease.remainingMs === null ? '-' : timeLeft(lease.remainingMs),
-    ]),
+    ...leases.flatMap((lease) =>
+      lease.holders !== undefined && lease.holders.length > 0
+        ? lease.holders.map((holder) => [
+            printable(lease.key),
+            `held (${lease.holders!.length})`,
+            printable(holder.owner),
+            holder.epoch.toString(),
+            timeLeft(holder.remainingMs),
+          ])
+        : [
+            [
+              printable(lease.key),
+              lease.held ? 'held' : 'free',
+              lease.owner === null ? '-' : printable(lease.owner),
+              lease.epoch.toString(),
+              lease.remainingMs === null ? '-' : timeLeft(lease.remainingMs),
+            ],
+          ],
+    ),
   ];
   const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)));
   return rows

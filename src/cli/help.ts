@@ -61,7 +61,7 @@ lease.list reports them. --prefix P keeps the keys that start with P; --all adds
 lapsed keys (their epoch is the fencing watermark). A lapsed grant is not held, as in
 inspect. A key held by many (the permits of a counted key, or shared grants) has a line
 per holder, each with its owner, epoch and time left (lease.holders; in --json, the key's
-"holders"). Control characters in keys and owners are printed as escapes.`,
+"holders"), in watch too. Control characters in keys and owners are printed as escapes.`,
     exit: '0.',
   },
   {

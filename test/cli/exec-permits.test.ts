@@ -122,6 +122,31 @@ describe('pg-lease exec --limit and --shared', () => {
     assert.equal(after.code, 0, after.stderr);
   });
 
+  test('watch shows every holder of a counted key and of a shared one', async () => {
+    const counted = uniqueKey('watch-holders');
+    const shared = `${counted}:shared`;
+    const permits = await Promise.all(
+      ['p1', 'p2'].map((owner) => client.acquire(counted, { ttl: '1 min', limit: 3, owner })),
+    );
+    const readers = await Promise.all(
+      ['r1', 'r2'].map((owner) => client.acquire(shared, { ttl: '1 min', shared: true, owner })),
+    );
+    const result = await runCli(['watch', '--url', db.url, '--prefix', counted, '--count', '1']);
+    assert.equal(result.code, 0, result.stderr);
+    const lines = result.stdout.split('\n');
+    for (const [key, owner] of [
+      [counted, 'p1'],
+      [counted, 'p2'],
+      [shared, 'r1'],
+      [shared, 'r2'],
+    ])
+      assert.ok(
+        lines.some((line) => line.startsWith(`${key} `) && line.includes(` ${owner} `)),
+        `${key} ${owner} not shown:\n${result.stdout}`,
+      );
+    await Promise.all([...permits, ...readers].map((lease) => lease!.release()));
+  });
+
   test('bad flags are refused before anything is sent', async () => {
     for (const flags of [
       ['--limit', '2', '--shared'],

@@ -33,10 +33,13 @@ import {
   type ListOptions,
   type PurgeOptions,
 } from './operations.js';
-import type { AcquiredRow, ReleaseItem } from './sql/calls.js';
+import type { AcquiredRow, AcquireMode, ReleaseItem } from './sql/calls.js';
 import { Session } from './sql/session.js';
 import { defaultOwner } from './owner.js';
 import { MAX_BATCH_KEYS } from './sql/statements.js';
+
+/** Most permits a counted key may have (the server's `lease._max_permits()`). */
+const MAX_PERMITS = 1000;
 import { illFormedText, validateInput } from './validation.js';
 import { Waiting, type WaitingOptions } from './wait.js';
 
@@ -129,6 +132,40 @@ export interface AcquireOptions {
   owner?: string;
   /** Renew automatically until released or lost; `true` renews every ttl / 3. Default: off. */
   keepAlive?: boolean | KeepAliveOptions;
+  /**
+   * Makes `key` a counted key of `limit` permits (1 to 1000; SEMANTICS §13) and acquires one
+   * of them: up to `limit` owners hold the key at once, each with a permit of its own (its own
+   * epoch, expiry, keep-alive, `signal`, `release()` and fence). The limit is set with
+   * `lease.set_limit` before the first attempt, every time: the last caller's limit stands for
+   * everyone, as with `consul lock -n`; a smaller limit takes no permit away, it only grants
+   * none until fewer are live. The server refuses it (and the acquire rejects with its error,
+   * SQLSTATE 55006, nothing changed) while the key is held exclusively or shared. A plain
+   * acquire (without `limit`) of a key that is already counted also gets a permit.
+   */
+  limit?: number;
+  /**
+   * Acquires `key` shared (`lease.acquire_shared`, SEMANTICS §13): beside any number of other
+   * shared holders, never beside an exclusive one (an acquire without `shared`). The handle
+   * works as an exclusive one. Not with `limit`; a counted key refuses it (SQLSTATE 0A000).
+   */
+  shared?: boolean;
+}
+
+/**
+ * One live grant of a key as {@link LeaseClient.holders} reports it: the exclusive holder, a
+ * permit of a counted key, or a shared grant.
+ *
+ * @example
+ * import type { LeaseHolder } from 'pg-lease';
+ * const line = (h: LeaseHolder) => `${h.owner} epoch ${h.epoch} until ${h.expiresAt.toISOString()}`;
+ */
+export interface LeaseHolder {
+  owner: string;
+  epoch: bigint;
+  /** Server time the grant ends. */
+  expiresAt: Date;
+  /** Milliseconds left on the grant as the server measured it while answering. */
+  remainingMs: number;
 }
 
 /**
@@ -184,6 +221,8 @@ export class LeaseClient implements AsyncDisposable {
   readonly #session: Session;
   readonly #group: KeepAliveGroup;
   readonly #calls: LeaseCalls;
+  /** The calls of permit and shared handles: never batched (SEMANTICS §13). */
+  readonly #singleCalls: LeaseCalls;
   readonly #waiting: Waiting;
 
   /**
@@ -210,6 +249,13 @@ export class LeaseClient implements AsyncDisposable {
       release: (key, owner, epoch) => session.release(key, owner, epoch),
       scheduler: (ops, lease, keepAlive) => this.#group.member(ops, lease, keepAlive),
     };
+    this.#singleCalls = {
+      renew: (key, owner, epoch, ttlMicroseconds) =>
+        session.renewNow(key, owner, epoch, ttlMicroseconds),
+      release: (key, owner, epoch) => session.releaseNow(key, owner, epoch),
+      scheduler: (ops, lease, keepAlive) => this.#group.member(ops, lease, keepAlive),
+      single: true,
+    };
     this.#waiting = new Waiting(session, options);
   }
   /**
@@ -217,6 +263,13 @@ export class LeaseClient implements AsyncDisposable {
    * (`wait` 0, the default). With `wait` > 0 it waits for the key and rejects with
    * {@link LeaseTimeoutError} when the wait runs out. Invalid input rejects with
    * {@link LeaseInvalidInputError} before anything is sent.
+   *
+   * With `limit` it acquires one of the key's permits (a semaphore), with `shared` a shared
+   * grant (a readers' side); `null` then means every permit is taken, or an exclusive holder
+   * (or, for `shared`, a waiting exclusive acquirer in SQL) holds the key. A release or lapse
+   * of any permit or shared grant wakes a waiting acquire as an exclusive release does. These
+   * acquires are never coalesced into `lease.acquire_many` (which refuses them), also with
+   * `coalesce`, and their handles are renewed and released with single calls.
    *
    * @example
    * const lease = await client.acquire('job-42', { ttl: '30s', wait: '5s', keepAlive: true });
@@ -236,13 +289,22 @@ export class LeaseClient implements AsyncDisposable {
       wait: options.wait ?? 0,
       keepAliveInterval: keepAlive?.interval,
     });
+    const mode = acquireModeOf(options);
     const { signal } = options;
     if (signal?.aborted) throw new LeaseAbortedError(key, { cause: signal.reason as unknown });
     const startedAt = performance.now();
+    if (options.limit !== undefined) await this.#session.setLimit(key, options.limit);
     let lease: Lease | null;
     try {
       lease = await this.#waiting.acquire(
-        { key, owner, ttlMicroseconds: input.ttlMicroseconds, keepAlive, calls: this.#calls },
+        {
+          key,
+          owner,
+          ttlMicroseconds: input.ttlMicroseconds,
+          keepAlive,
+          calls: mode === 'exclusive' ? this.#calls : this.#singleCalls,
+          mode,
+        },
         input.waitMicroseconds / 1000,
         signal,
       );
@@ -356,7 +418,7 @@ export class LeaseClient implements AsyncDisposable {
     const repeated: string[] = [];
     const first = new Map<Lease, number>();
     leases.forEach((lease, i) => {
-      if (!Lease.madeWith(lease, this.#calls)) foreign.push(i);
+      if (!Lease.madeWith(lease, this.#calls, this.#singleCalls)) foreign.push(i);
       else if (first.has(lease)) repeated.push(`leases[${i}] repeats leases[${first.get(lease)}]`);
       else first.set(lease, i);
     });
@@ -538,6 +600,20 @@ export class LeaseClient implements AsyncDisposable {
   }
 
   /**
+   * Every live grant of `key` (`lease.holders`), in epoch order: its exclusive holder, or each
+   * permit of a counted key, or each shared grant; empty when nobody holds it. Advisory, like
+   * {@link inspect}.
+   *
+   * @example
+   * const holders = await client.holders('render-slots');
+   * console.log(`${holders.length} renders running: ${holders.map((h) => h.owner).join(', ')}`);
+   */
+  async holders(key: string): Promise<LeaseHolder[]> {
+    validateInput('inspect', { key });
+    return this.#session.holders(key);
+  }
+
+  /**
    * Lists keys in key order: held ones, or with `all` also free and lapsed ones; see
    * {@link listLeases}.
    *
@@ -676,6 +752,26 @@ function violation(rule: string, entries: string[]): string[] {
   if (entries.length === 0) return [];
   const more = entries.length > 10 ? ` and ${entries.length - 10} more` : '';
   return [`${rule}: ${entries.slice(0, 10).join(', ')}${more}`];
+}
+
+/**
+ * What an acquire asks for: an exclusive grant, a permit (`limit`) or a shared grant (`shared`).
+ * Invalid combinations and limits are {@link LeaseInvalidInputError} before anything is sent.
+ */
+function acquireModeOf(options: AcquireOptions): AcquireMode {
+  const { limit, shared } = options;
+  const violations: string[] = [];
+  if (limit !== undefined && !(Number.isInteger(limit) && limit >= 1 && limit <= MAX_PERMITS))
+    violations.push(`limit must be a whole number from 1 to ${MAX_PERMITS}, got ${String(limit)}`);
+  if (shared !== undefined && typeof shared !== 'boolean')
+    violations.push(`shared must be true or false, got ${String(shared)}`);
+  if (limit !== undefined && shared === true)
+    violations.push('limit and shared cannot be combined: a counted key takes no shared grants');
+  if (violations.length > 0)
+    throw new LeaseInvalidInputError(violations.join('; '), {
+      hint: 'Pass limit for a counted key (one permit of limit), or shared: true for a shared grant, not both.',
+    });
+  return limit !== undefined ? 'permit' : shared ? 'shared' : 'exclusive';
 }
 
 /** The `keepAlive` option as the handle takes it: `true` is the defaults, `false` none. */

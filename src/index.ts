@@ -17,6 +17,7 @@ export {
   type AcquireOptions,
   type LeaseClientOptions,
   type LeaseDatabase,
+  type LeaseHolder,
   type LeaseState,
   type RenewResult,
 } from './client.js';

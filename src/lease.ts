@@ -31,6 +31,11 @@ export interface LeaseCalls {
   release(key: string, owner: string, epoch: bigint): Promise<LeaseStatus>;
   /** Schedules keep-alive renewals (the client's one keep-alive group). */
   scheduler(ops: KeepAliveOps<Lease>, handle: Lease, options: KeepAliveOptions): Scheduler;
+  /**
+   * The handles' grants are permits or shared grants (SEMANTICS §13), which no batch statement
+   * takes: the keep-alive renews each on its own, and `renew` and `release` send single calls.
+   */
+  readonly single?: boolean;
 }
 
 /**
@@ -152,8 +157,9 @@ export class Lease implements AsyncDisposable {
       ttlMs: (lease) => lease.#ttlMicroseconds / 1000,
       begin: (lease) => {
         if (lease.#ended) return 'ended';
-        // A renewal of the handle's own is out or queued: this one queues behind it.
-        if (lease.#renewals !== undefined) return 'single';
+        // A renewal of the handle's own is out or queued: this one queues behind it. A permit
+        // or shared grant is renewed on its own: renew_many refuses it (§13).
+        if (lease.#renewals !== undefined || lease.#calls.single) return 'single';
         if (performance.now() >= lease.#deadline) {
           lease.#lose('expired', lease.#lastFailure);
           return 'ended';
@@ -200,9 +206,11 @@ export class Lease implements AsyncDisposable {
     waiting?.resolve();
   }
 
-  /** @internal Whether `value` is a handle made with `calls` (one client's calls). */
-  static madeWith(value: unknown, calls: LeaseCalls): value is Lease {
-    return typeof value === 'object' && value !== null && #calls in value && value.#calls === calls;
+  /** @internal Whether `value` is a handle made with one of `calls` (one client's calls). */
+  static madeWith(value: unknown, ...calls: LeaseCalls[]): value is Lease {
+    return (
+      typeof value === 'object' && value !== null && #calls in value && calls.includes(value.#calls)
+    );
   }
 
   /**

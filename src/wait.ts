@@ -25,7 +25,7 @@ import type { Duration } from './duration.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
 import { MAX_TIMER_MS, type KeepAliveOptions } from './keeper.js';
 import { Lease, type LeaseCalls } from './lease.js';
-import type { Follow, HolderState, ObservedState } from './sql/calls.js';
+import type { AcquireMode, Follow, HolderState, ObservedState } from './sql/calls.js';
 import type { Notifier } from './sql/listener.js';
 import type { Session } from './sql/session.js';
 import { optionMs } from './validation.js';
@@ -89,6 +89,8 @@ export interface AcquireRequest {
   keepAlive: KeepAliveOptions | undefined;
   /** The calls of the handle (its client's). */
   calls: LeaseCalls;
+  /** An exclusive grant (default), a permit of a counted key, or a shared grant (§13). */
+  mode?: AcquireMode;
 }
 
 /**
@@ -153,7 +155,14 @@ export class Waiting {
     signal: AbortSignal | undefined,
   ): Promise<AttemptResult> {
     const { key, owner, ttlMicroseconds } = request;
-    const row = await this.#session.acquire(key, owner, ttlMicroseconds, follow, signal);
+    const row = await this.#session.acquire(
+      key,
+      owner,
+      ttlMicroseconds,
+      follow,
+      signal,
+      request.mode,
+    );
     const receivedAt = performance.now();
     const { sentAt } = row;
     if (!row.acquired) return { lease: null, holder: row.holder, sentAt, receivedAt };

@@ -37,6 +37,8 @@ export async function execCommand(args: string[]): Promise<number> {
     wait: { type: 'string' },
     owner: { type: 'string' },
     grace: { type: 'string' },
+    limit: { type: 'string' },
+    shared: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
   });
   if (values.help) {
@@ -48,6 +50,7 @@ export async function execCommand(args: string[]): Promise<number> {
   const key = required(values, 'key');
   const ttl = required(values, 'ttl');
   const graceMs = graceMilliseconds(values.grace ?? DEFAULT_GRACE);
+  const limit = limitOf(values.limit, values.shared);
   const verbose = values.verbose;
   const json = values.json;
   // --verbose: what happens to the lease and the command, one line per event on stderr.
@@ -97,6 +100,8 @@ export async function execCommand(args: string[]): Promise<number> {
         signal: stopWaiting.signal,
         ...(values.wait === undefined ? {} : { wait: values.wait }),
         ...(values.owner === undefined ? {} : { owner: values.owner }),
+        ...(limit === undefined ? {} : { limit }),
+        ...(values.shared ? { shared: true } : {}),
       });
     } catch (error) {
       if (error instanceof LeaseAbortedError) {
@@ -119,7 +124,7 @@ export async function execCommand(args: string[]): Promise<number> {
     }
     acquired = true;
     if (!lease) {
-      outcome(`not acquired: ${key} is held by another owner`, {
+      outcome(`not acquired: ${key} ${heldText(limit, values.shared)}`, {
         acquired: false,
         key,
         reason: 'held',
@@ -267,6 +272,32 @@ export async function execCommand(args: string[]): Promise<number> {
     reporter.close();
     await close();
   }
+}
+
+/**
+ * `--limit N` as a number (1 to 1000), checked with `--shared` before anything is sent: the
+ * two do not combine (a counted key takes no shared grants).
+ */
+function limitOf(text: string | undefined, shared: boolean): number | undefined {
+  if (text === undefined) return undefined;
+  if (shared)
+    throw new UsageError(
+      '--limit and --shared cannot be combined: a counted key takes no shared grants',
+    );
+  const limit = Number(text);
+  if (!/^\d+$/.test(text) || limit < 1 || limit > 1000)
+    throw new LeaseInvalidInputError(
+      `limit must be a whole number from 1 to 1000, got ${JSON.stringify(text)}`,
+    );
+  return limit;
+}
+
+/** Why a key was not granted at once, by kind of grant. */
+function heldText(limit: number | undefined, shared: boolean): string {
+  if (limit !== undefined)
+    return `has no free permit (all ${limit} are held), or is held exclusively`;
+  if (shared) return 'is held exclusively, or an exclusive acquirer waits for it';
+  return 'is held by another owner';
 }
 
 function describeLoss(lost: Error): string {

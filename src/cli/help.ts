@@ -59,7 +59,9 @@ refused it (not_owner, lapsed, epoch_mismatch).`,
     description: `Lists held keys in key order (byte order) with owner, epoch and time left, as
 lease.list reports them. --prefix P keeps the keys that start with P; --all adds free and
 lapsed keys (their epoch is the fencing watermark). A lapsed grant is not held, as in
-inspect. Control characters in keys and owners are printed as escapes.`,
+inspect. A key held by many (the permits of a counted key, or shared grants) has a line
+per holder, each with its owner, epoch and time left (lease.holders; in --json, the key's
+"holders"), in watch too. Control characters in keys and owners are printed as escapes.`,
     exit: '0.',
   },
   {
@@ -86,7 +88,8 @@ lease.purge: the role that created the extension has it and may grant it.`,
   },
   {
     name: 'exec',
-    synopsis: '--key K --ttl D [--wait D] [--owner O] [--grace D] [--verbose] -- command [args...]',
+    synopsis:
+      '--key K --ttl D [--limit N | --shared] [--wait D] [--owner O] [--grace D] [--verbose] -- command [args...]',
     summary: 'run a command while holding a lease',
     description: `Runs the command while holding the lease on K, renewing it every ttl/3. With --wait it
 first waits up to D for the key, outside any transaction, woken by the holder's release or
@@ -96,6 +99,11 @@ fencing epoch) in its environment, and runs in a process group of its own: signa
 pg-lease are passed on to the whole group. If the lease is lost, the group gets SIGTERM,
 and SIGKILL after --grace (default 10s). When the command exits, what is left of its group
 gets SIGTERM and the lease is released. In a loop, exec --wait is the leader pattern.
+--limit N makes K a counted key of N permits (as consul lock -n; the last caller's N
+stands) and runs the command holding one of them: up to N runners at once, each with a
+PG_LEASE_EPOCH of its own. --shared runs it holding K shared (a reader): beside other
+--shared runners, never beside an exclusive one (exec without either). --limit and --shared
+do not combine; a key held exclusively refuses --limit, a counted key refuses --shared.
 --verbose tells on stderr, a line per event, what happens: the grant and its time left,
 each renewal, a renewal that failed and when it is tried again, a broken connection and
 the renewal that got through again, the loss, signals passed on, the command's exit, the

@@ -1,6 +1,7 @@
 /**
  * `pg-lease list`: the keys of the database at a glance, as `lease.list` reports them.
  */
+import type { LeaseClient, LeaseHolder } from '../client.js';
 import type { ListedLease } from '../operations.js';
 import { openLeaseClient, parseCommand, print } from './common.js';
 import { commandHelp } from './help.js';
@@ -19,10 +20,11 @@ export async function listCommand(args: string[]): Promise<number> {
   }
   const { client, close } = openLeaseClient(values);
   try {
-    const leases = await client.list({
+    const listed = await client.list({
       ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
       all: values.all,
     });
+    const leases = await withHolders(client, listed);
     print(values.json, leaseTable(leases, values.all), { leases });
     return EXIT.OK;
   } finally {
@@ -30,18 +32,50 @@ export async function listCommand(args: string[]): Promise<number> {
   }
 }
 
+/** A listed key with, when many hold it, each of its holders. */
+export type ListedWithHolders = ListedLease & { holders?: LeaseHolder[] };
+
+/**
+ * The keys as listed, each key held by many (a counted key's permits, shared grants; listed
+ * with no owner) with its holders, asked for one key at a time (a holder may be gone by then;
+ * the key then shows as listed).
+ */
+export async function withHolders(
+  client: Pick<LeaseClient, 'holders'>,
+  listed: ListedLease[],
+): Promise<ListedWithHolders[]> {
+  const leases: ListedWithHolders[] = [];
+  for (const lease of listed) {
+    if (!(lease.held && lease.owner === null)) leases.push(lease);
+    else leases.push({ ...lease, holders: await client.holders(lease.key) });
+  }
+  return leases;
+}
+
 /** The text table of `list` and `watch`: one line per key, or a note when there is none. */
-export function leaseTable(leases: ListedLease[], all: boolean): string {
+export function leaseTable(leases: ListedWithHolders[], all: boolean): string {
   if (leases.length === 0) return all ? '(no keys)' : '(no key is held)';
   const rows = [
     ['KEY', 'STATE', 'OWNER', 'EPOCH', 'TIME LEFT'],
-    ...leases.map((lease) => [
-      printable(lease.key),
-      lease.held ? 'held' : 'free',
-      lease.owner === null ? '-' : printable(lease.owner),
-      lease.epoch.toString(),
-      lease.remainingMs === null ? '-' : timeLeft(lease.remainingMs),
-    ]),
+    ...leases.flatMap((lease) =>
+      lease.holders !== undefined && lease.holders.length > 0
+        ? lease.holders.map((holder) => [
+            printable(lease.key),
+            `held (${lease.holders!.length})`,
+            printable(holder.owner),
+            holder.epoch.toString(),
+            timeLeft(holder.remainingMs),
+          ])
+        : [
+            [
+              printable(lease.key),
+              lease.held ? 'held' : 'free',
+              lease.owner === null ? '-' : printable(lease.owner),
+              lease.epoch.toString(),
+              lease.remainingMs === null ? '-' : timeLeft(lease.remainingMs),
+            ],
+          ],
+    ),
   ];
   const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)));
   return rows

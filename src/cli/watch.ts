@@ -13,7 +13,7 @@ import { openLeaseClient, parseCommand, toJson } from './common.js';
 import { describeFailure } from './errors.js';
 import { commandHelp } from './help.js';
 import { EXIT } from './exit-codes.js';
-import { leaseTable, LIST_OPTIONS } from './list.js';
+import { leaseTable, LIST_OPTIONS, withHolders } from './list.js';
 
 const CLEAR = '\x1b[H\x1b[2J';
 const HIDE_CURSOR = '\x1b[?25l';
@@ -52,10 +52,13 @@ export async function watchCommand(args: string[]): Promise<number> {
     for (let shown = 0; shown < count && !stop.signal.aborted;) {
       let body: string;
       try {
-        const leases = await client.list({
-          ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
-          all: values.all,
-        });
+        const leases = await withHolders(
+          client,
+          await client.list({
+            ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
+            all: values.all,
+          }),
+        );
         if (values.json) {
           process.stdout.write(`${toJson({ at: new Date(), leases })}\n`);
           body = '';

@@ -68,6 +68,35 @@ export interface AcquiredRow {
   remainingMs: number | null;
 }
 
+/**
+ * What an acquire asks for (SEMANTICS §13): `exclusive` is lease.acquire as it always was (on a
+ * counted key it grants a permit); `permit` is the same call for a key known to be counted,
+ * whose waiter wakes at the earliest permit's expiry; `shared` is lease.acquire_shared.
+ * @internal
+ */
+export type AcquireMode = 'exclusive' | 'permit' | 'shared';
+
+const ACQUIRE_STATEMENTS: Record<
+  AcquireMode,
+  { plain: Statement; watching: Statement; inspecting: Statement }
+> = {
+  exclusive: {
+    plain: STATEMENTS.acquire,
+    watching: STATEMENTS.acquireWatching,
+    inspecting: STATEMENTS.acquireInspecting,
+  },
+  permit: {
+    plain: STATEMENTS.acquire,
+    watching: STATEMENTS.acquirePermitWatching,
+    inspecting: STATEMENTS.acquirePermitInspecting,
+  },
+  shared: {
+    plain: STATEMENTS.acquireShared,
+    watching: STATEMENTS.acquireSharedWatching,
+    inspecting: STATEMENTS.acquireSharedInspecting,
+  },
+};
+
 /** One non-blocking acquire; with `follow`, the holder's state after a denied attempt. @internal */
 export async function acquireOne(
   wire: Wire,
@@ -76,13 +105,15 @@ export async function acquireOne(
   ttlMicroseconds: number,
   follow?: Follow,
   signal?: AbortSignal,
+  mode: AcquireMode = 'exclusive',
 ): Promise<AcquiredRow & { holder?: HolderState }> {
+  const statements = ACQUIRE_STATEMENTS[mode];
   const [statement, values]: [Statement, unknown[]] =
     follow === undefined
-      ? [STATEMENTS.acquire, [key, owner, ttlMicroseconds]]
+      ? [statements.plain, [key, owner, ttlMicroseconds]]
       : 'watchMicroseconds' in follow
-        ? [STATEMENTS.acquireWatching, [key, owner, ttlMicroseconds, follow.watchMicroseconds]]
-        : [STATEMENTS.acquireInspecting, [key, owner, ttlMicroseconds]];
+        ? [statements.watching, [key, owner, ttlMicroseconds, follow.watchMicroseconds]]
+        : [statements.inspecting, [key, owner, ttlMicroseconds]];
   const sentAt = performance.now();
   const rows = await wire.query<{
     acquired: boolean;
@@ -193,6 +224,49 @@ export async function inspectOne(
   const row = rows[0];
   if (!row) return undefined;
   return { held: row.held, owner: row.owner, epoch: BigInt(row.epoch), expiresAt: row.expires_at };
+}
+
+/**
+ * lease.set_limit: makes `key` counted with `limit` permits (or exclusive again, `null`);
+ * resolves with the key's limit and how many of its permits are live. @internal
+ */
+export async function setLimit(
+  wire: Wire,
+  key: string,
+  limit: number | null,
+): Promise<{ limit: number | null; holders: number }> {
+  const rows = await wire.query<{ permit_limit: number | null; holders: number }>(
+    key,
+    STATEMENTS.setLimit,
+    [key, limit],
+  );
+  const row = rows[0]!;
+  return { limit: row.permit_limit, holders: row.holders };
+}
+
+/** One live grant of a key as lease.holders reports it. @internal */
+export interface HolderRow {
+  owner: string;
+  epoch: bigint;
+  expiresAt: Date;
+  /** Time left as the server measured it while answering, in milliseconds, never below 0. */
+  remainingMs: number;
+}
+
+/** lease.holders: every live grant of `key`, in epoch order. @internal */
+export async function holdersOf(wire: Wire, key: string): Promise<HolderRow[]> {
+  const rows = await wire.query<{
+    owner: string;
+    epoch: string;
+    expires_ms: number;
+    remaining_us: number;
+  }>(key, STATEMENTS.holders, [key]);
+  return rows.map((row) => ({
+    owner: row.owner,
+    epoch: BigInt(row.epoch),
+    expiresAt: dateFromMs(row.expires_ms)!,
+    remainingMs: Math.max(0, row.remaining_us / 1000),
+  }));
 }
 
 /** An acquire with wait 0 as a batch statement takes it. @internal */

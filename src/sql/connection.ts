@@ -67,6 +67,21 @@ export function isRefusedInput(error: unknown): boolean {
 }
 
 /**
+ * Whether the server refused a batch statement because one of its keys is counted or in its
+ * shared phase (SEMANTICS §13, 0A000 before anything was done): its calls are then sent again
+ * one by one, so that a key the batches do not take costs no other call anything. @internal
+ */
+export function isRefusedBatch(error: unknown): boolean {
+  const cause = error instanceof LeaseError ? error.cause : error;
+  return cause instanceof pg.DatabaseError && cause.code === '0A000';
+}
+
+/** A batch refused for its input ({@link isRefusedInput}) or for a counted key ({@link isRefusedBatch}). @internal */
+export function isRefusedForAKey(error: unknown): boolean {
+  return isRefusedInput(error) || isRefusedBatch(error);
+}
+
+/**
  * Whether a connection that one of the client's own statements failed on must not be reused:
  * anything but an error the server reported for the statement (or the client's own refusal,
  * which sent nothing), since a driver error leaves the connection in an unknown state. @internal

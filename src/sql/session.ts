@@ -9,6 +9,7 @@ import type pg from 'pg';
 import {
   acquireMany,
   acquireOne,
+  holdersOf,
   inspectOne,
   measureRemaining,
   notify,
@@ -18,7 +19,10 @@ import {
   renewMany,
   renewManySkippingLocked,
   renewOne,
+  setLimit,
   type AcquiredRow,
+  type AcquireMode,
+  type HolderRow,
   type AcquireItem,
   type Follow,
   type HolderState,
@@ -29,7 +33,7 @@ import {
   type RenewItem,
 } from './calls.js';
 import { byOwnerAndTtl, Coalescer } from './coalescer.js';
-import { isPool, isRefusedInput, openOwnPool } from './connection.js';
+import { isPool, isRefusedBatch, isRefusedForAKey, openOwnPool } from './connection.js';
 import { NOTIFY_CHANNEL, Notifier } from './listener.js';
 import { watchPool, Wire } from './wire.js';
 
@@ -89,9 +93,10 @@ export class Session {
       // that it holds up no other key's renewal.
       (items) => renewManySkippingLocked(wire, items),
       coalesce,
-      // A renew_many the server refuses as invalid input (one key it cannot take) is sent
-      // again as single renews: that key's problem must not cost every other key its lease.
-      isRefusedInput,
+      // A renew_many the server refuses as invalid input (one key it cannot take), or because
+      // one key is counted or shared (§13: batches take none), is sent again as single renews:
+      // that key's problem must not cost every other key its lease.
+      isRefusedForAKey,
     );
     // Without `coalesce` a release goes out at once, unless a hold keeps the releaser open.
     this.#releaser = new Coalescer<ReleaseItem, LeaseStatus>(
@@ -99,6 +104,7 @@ export class Session {
       (i) => releaseOne(wire, i.key, i.owner, i.epoch),
       (items) => releaseMany(wire, items),
       coalesce,
+      isRefusedBatch,
     );
     if (coalesce)
       this.#acquirer = new Coalescer<AcquireItem, AcquiredRow>(
@@ -112,6 +118,10 @@ export class Session {
             items[0]!.ttlMicroseconds,
           ),
         true,
+        // A coalesced acquire of a key that is counted or shared (the caller asked for an
+        // exclusive grant, not knowing) makes the server refuse the whole acquire_many: each
+        // call is then sent on its own, as lease.acquire, which answers it as §13 says.
+        isRefusedBatch,
       );
   }
 
@@ -127,10 +137,22 @@ export class Session {
     ttlMicroseconds: number,
     follow?: Follow,
     signal?: AbortSignal,
+    mode: AcquireMode = 'exclusive',
   ): Promise<AcquiredRow & { holder?: HolderState }> {
-    return this.#acquirer && follow === undefined && signal === undefined
+    // Permits and shared grants never go into acquire_many, which refuses them (§13).
+    return this.#acquirer && follow === undefined && signal === undefined && mode === 'exclusive'
       ? this.#acquirer.submit({ key, owner, ttlMicroseconds })
-      : acquireOne(this.#wire, key, owner, ttlMicroseconds, follow, signal);
+      : acquireOne(this.#wire, key, owner, ttlMicroseconds, follow, signal, mode);
+  }
+
+  /** See {@link setLimit}. */
+  setLimit(key: string, limit: number | null): Promise<{ limit: number | null; holders: number }> {
+    return setLimit(this.#wire, key, limit);
+  }
+
+  /** See {@link holdersOf}. */
+  holders(key: string): Promise<HolderRow[]> {
+    return holdersOf(this.#wire, key);
   }
 
   /** A handle's renew: batched with the keep-alive's renewals of the moment. */
@@ -162,7 +184,7 @@ export class Session {
   renewBatch(items: RenewItem[]): Promise<(RenewCall | Promise<RenewCall>)[]> {
     const wire = this.#wire;
     return renewManySkippingLocked(wire, items).catch((error: unknown) => {
-      if (!isRefusedInput(error)) throw error;
+      if (!isRefusedForAKey(error)) throw error;
       return items.map((i) => renewOne(wire, i.key, i.owner, i.epoch, i.ttlMicroseconds));
     });
   }

@@ -64,9 +64,9 @@ export function msFromUs(us: number | null | undefined): number | null {
  * A non-blocking acquire, with `follow` columns: the client waits between attempts itself,
  * holding no transaction (see wait.ts), so it never passes the SQL `wait`.
  */
-function ACQUIRE(follow = ''): string {
+function ACQUIRE(follow = '', call = 'lease.acquire'): string {
   return `SELECT a.acquired, a.epoch::text AS epoch, ${EXPIRES_MS('a')}, ${REMAINING_US('a')} AS remaining_us${follow}
-       FROM lease.acquire($1, $2, ${MICROSECONDS('$3')}) AS a`;
+       FROM ${call}($1, $2, ${MICROSECONDS('$3')}) AS a`;
 }
 
 /**
@@ -75,12 +75,22 @@ function ACQUIRE(follow = ''): string {
  * when the key has no row. `call` is lease.watch (which also asks for a notification of the
  * release, and says with `notifies` whether one will come) or lease.inspect.
  */
-function FOLLOW(call: string, notifies: string): string {
+function FOLLOW(call: string, notifies: string, remaining = REMAINING_US('i')): string {
   return `, CASE WHEN NOT a.acquired THEN (
            SELECT pg_catalog.json_build_object('held', i.held, 'notifies', ${notifies}, 'remaining_us',
-                    ${REMAINING_US('i')})
+                    ${remaining})
              FROM ${call} AS i) END AS holder`;
 }
+
+/**
+ * FOLLOW's time left for a permit or a shared grant (SEMANTICS §13): a counted key, or a key in
+ * its shared phase, is held while any of its grants is live, and inspect and watch report the
+ * latest expiry among them; but a place comes free at the earliest one, so the waiter wakes
+ * then (`lease.holders`). A key held by one owner (an exclusive holder) counts as before.
+ */
+const EARLIEST_REMAINING_US = `pg_catalog.date_part('epoch', CASE WHEN i.held AND i.owner IS NULL
+                    THEN (SELECT pg_catalog.min(h.expires_at) FROM lease.holders($1) AS h)
+                    ELSE i.expires_at END - pg_catalog.clock_timestamp()) * 1000000`;
 
 /** @internal */
 export const STATEMENTS = {
@@ -90,6 +100,36 @@ export const STATEMENTS = {
     ACQUIRE(FOLLOW(`lease.watch($1, ${MICROSECONDS('$4')})`, 'i.notifies')),
   ),
   acquireInspecting: statement('acquire_inspecting', ACQUIRE(FOLLOW('lease.inspect($1)', 'false'))),
+  /** A permit of a counted key (plain lease.acquire), waking at the earliest permit's expiry. */
+  acquirePermitWatching: statement(
+    'acquire_permit_watching',
+    ACQUIRE(FOLLOW(`lease.watch($1, ${MICROSECONDS('$4')})`, 'i.notifies', EARLIEST_REMAINING_US)),
+  ),
+  acquirePermitInspecting: statement(
+    'acquire_permit_inspecting',
+    ACQUIRE(FOLLOW('lease.inspect($1)', 'false', EARLIEST_REMAINING_US)),
+  ),
+  acquireShared: statement('acquire_shared', ACQUIRE('', 'lease.acquire_shared')),
+  acquireSharedWatching: statement(
+    'acquire_shared_watching',
+    ACQUIRE(
+      FOLLOW(`lease.watch($1, ${MICROSECONDS('$4')})`, 'i.notifies', EARLIEST_REMAINING_US),
+      'lease.acquire_shared',
+    ),
+  ),
+  acquireSharedInspecting: statement(
+    'acquire_shared_inspecting',
+    ACQUIRE(FOLLOW('lease.inspect($1)', 'false', EARLIEST_REMAINING_US), 'lease.acquire_shared'),
+  ),
+  setLimit: statement(
+    'set_limit',
+    'SELECT s.permit_limit, s.holders FROM lease.set_limit($1, $2::integer) AS s',
+  ),
+  holders: statement(
+    'holders',
+    `SELECT h.owner, h.epoch::text AS epoch, ${EXPIRES_MS('h')}, ${REMAINING_US('h')} AS remaining_us
+       FROM lease.holders($1) AS h`,
+  ),
   renew: statement(
     'renew',
     `SELECT r.status, ${EXPIRES_MS('r')}, ${REMAINING_US('r')} AS remaining_us

@@ -113,11 +113,14 @@ describe('usage lines in docs/cli.md', () => {
           '--count': '2',
           '--older-than': '7d',
           '--batch': '100',
+          '--limit': '2',
           '--url': name === 'install' ? bare.url : db.url,
         };
         const args: string[] = [];
         let previous = '';
-        for (const token of line.replace(/[[\]]/g, '').split(' ').slice(1)) {
+        // Of alternatives (`[--limit N | --shared]`) the first is given.
+        const given = line.replace(/\[([^\]|]*?) \|[^\]]*\]/g, '[$1]');
+        for (const token of given.replace(/[[\]]/g, '').split(' ').slice(1)) {
           if (token === 'command') args.push(process.execPath);
           else if (token === 'args...') args.push('-e', 'process.exit(0)');
           else if (token.startsWith('--') || args.length === 0) args.push(token);

@@ -110,6 +110,59 @@ const PRELUDES: Record<string, Prelude> = {
             INSERT INTO invoices VALUES (1, 'draft'), (2, 'draft'), (3, 'draft');`,
     check: `SELECT array_agg(id ORDER BY id) = '{1,2}' FROM invoices WHERE state = 'sent'`,
   },
+  // docs/client.md, Counted and shared keys: a semaphore. Each render logs when it ran and
+  // under which permit; the check sees five renders, five epochs, never three at once.
+  renders: {
+    language: 'typescript',
+    code: `
+      import pg from 'pg';
+      const log = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+      async function renderScene(scene: number, epoch: bigint, signal: AbortSignal): Promise<void> {
+        await log.query(
+          'INSERT INTO renders VALUES ($1, $2, clock_timestamp(), NULL)', [scene, epoch.toString()]);
+        await new Promise((resolve) => setTimeout(resolve, 150));
+        signal.throwIfAborted();
+        await log.query('UPDATE renders SET finished_at = clock_timestamp() WHERE scene = $1', [scene]);
+      }`,
+    epilogue: `await log.end();`,
+    setup: `CREATE TABLE renders (scene int PRIMARY KEY, epoch bigint, started_at timestamptz,
+                                  finished_at timestamptz);`,
+    check: `SELECT count(*) = 5 AND count(DISTINCT epoch) = 5 AND count(finished_at) = 5
+                   AND NOT EXISTS (
+                     SELECT FROM renders AS a
+                      WHERE (SELECT count(*) FROM renders AS b
+                              WHERE b.started_at <= a.started_at AND b.finished_at > a.started_at) > 2)
+              FROM renders`,
+  },
+  // docs/client.md, Counted and shared keys: readers and a writer. Each logs when it ran; the
+  // check sees the two first readers overlap and the rebuild overlap nobody.
+  catalog: {
+    language: 'typescript',
+    code: `
+      import pg from 'pg';
+      const log = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+      async function logged(who: string, epoch: bigint, signal: AbortSignal): Promise<void> {
+        await log.query(
+          'INSERT INTO catalog_log VALUES ($1, $2, clock_timestamp(), NULL)', [who, epoch.toString()]);
+        await new Promise((resolve) => setTimeout(resolve, 150));
+        signal.throwIfAborted();
+        await log.query('UPDATE catalog_log SET finished_at = clock_timestamp() WHERE who = $1', [who]);
+      }
+      const readCatalog = (reader: number, epoch: bigint, signal: AbortSignal) =>
+        logged(\`reader \${reader}\`, epoch, signal);
+      const rebuildCatalog = (epoch: bigint, signal: AbortSignal) => logged('rebuild', epoch, signal);`,
+    epilogue: `await log.end();`,
+    setup: `CREATE TABLE catalog_log (who text PRIMARY KEY, epoch bigint, started_at timestamptz,
+                                      finished_at timestamptz);`,
+    check: `SELECT count(finished_at) = 4
+                   AND EXISTS (SELECT FROM catalog_log AS a, catalog_log AS b
+                                WHERE a.who = 'reader 1' AND b.who = 'reader 2'
+                                  AND a.started_at < b.finished_at AND b.started_at < a.finished_at)
+                   AND NOT EXISTS (SELECT FROM catalog_log AS w, catalog_log AS o
+                                    WHERE w.who = 'rebuild' AND o.who <> 'rebuild'
+                                      AND w.started_at < o.finished_at AND o.started_at < w.finished_at)
+              FROM catalog_log`,
+  },
   // README.md, Fencing: `lease.fence` in a transaction.
   'invoice-run at epoch 2': {
     language: 'sql',

@@ -1,0 +1,357 @@
+/**
+ * Counted and shared keys through the client (SEMANTICS §13): `acquire(key, { limit })` takes
+ * one of a key's permits, `acquire(key, { shared: true })` a shared grant; their handles live,
+ * renew, lapse and release on their own; a waiting acquire is woken by a permit's release (the
+ * notification path) and at the earliest permit's expiry; and the batched paths never put
+ * such a key into a statement the server refuses.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import {
+  LeaseClient,
+  LeaseInvalidInputError,
+  LeaseLostError,
+  type Lease,
+  type LeaseClientOptions,
+} from '../../src/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
+
+let db: TestDatabase;
+let admin: LeaseClient;
+const pools: pg.Pool[] = [];
+
+before(async () => {
+  db = await createTestDatabase();
+  admin = new LeaseClient(db.pool);
+});
+after(async () => {
+  await Promise.all(pools.map((pool) => pool.end()));
+  await db.close();
+});
+
+/** A client on a pool of its own. */
+function clientOf(options: LeaseClientOptions = {}): LeaseClient {
+  const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  pool.on('error', () => undefined);
+  pools.push(pool);
+  return new LeaseClient(pool, options);
+}
+
+/** Whether a waiter has marked the key, so that a release of any of its permits notifies. */
+async function watched(key: string): Promise<boolean> {
+  const { rows } = await db.pool.query<{ watched: boolean }>(
+    'SELECT watched_until > now() AS watched FROM lease.leases WHERE key = $1',
+    [key],
+  );
+  return rows[0]?.watched === true;
+}
+
+describe('counted keys through the client', { concurrency: true }, () => {
+  test('N+1 concurrent acquires of an N-permit key grant exactly N permits', async () => {
+    const key = uniqueKey('permits-n-plus-1');
+    const n = 3;
+    const clients = Array.from({ length: n + 1 }, () => clientOf());
+    const results = await Promise.all(
+      clients.map((client) => client.acquire(key, { ttl: '1 min', limit: n })),
+    );
+    const granted = results.filter((lease): lease is Lease => lease !== null);
+    assert.equal(granted.length, n, 'exactly N permits granted');
+    assert.equal(new Set(granted.map((lease) => lease.epoch)).size, n, 'each permit its own epoch');
+    assert.equal(new Set(granted.map((lease) => lease.owner)).size, n);
+    const holders = await admin.holders(key);
+    assert.deepEqual(
+      holders.map((h) => h.epoch),
+      granted.map((lease) => lease.epoch).sort((a, b) => (a < b ? -1 : 1)),
+    );
+    const state = await admin.inspect(key);
+    assert.equal(state?.held, true);
+    assert.equal(state?.owner, null, 'a counted key has many holders');
+    // One release makes room for exactly one more.
+    assert.equal(await granted[0]!.release(), 'ok');
+    const next = await clients[n]!.acquire(key, { ttl: '1 min', limit: n });
+    assert.ok(next, 'a released permit is granted again');
+    assert.ok(next.epoch > granted.reduce((m, l) => (l.epoch > m ? l.epoch : m), 0n));
+    assert.equal(await clients[0]!.acquire(key, { ttl: '1 min', limit: n }), null);
+    await Promise.all([...granted.slice(1), next].map((lease) => lease.release()));
+    assert.deepEqual(await admin.holders(key), []);
+  });
+
+  test('a permit that lapses aborts its own handle while the others keep theirs', async () => {
+    const key = uniqueKey('permits-lapse');
+    const client = clientOf();
+    // The same ttl for all: the kept-alive ones renew (one at a time, never renew_many).
+    const kept = await Promise.all(
+      [1, 2].map(() => client.acquire(key, { ttl: '1s', limit: 3, keepAlive: true })),
+    );
+    const lapsing = (await client.acquire(key, { ttl: '1s', limit: 3 }))!;
+    assert.ok(lapsing && kept.every((lease) => lease !== null));
+    const reason = await abortReason(lapsing.signal, 10_000);
+    assert.ok(reason instanceof LeaseLostError, String(reason));
+    // Well past the lapse: the others were renewed all along.
+    await sleep(1_500);
+    for (const lease of kept) {
+      assert.equal(lease!.signal.aborted, false, String(lease!.signal.reason));
+      assert.ok(lease!.expiresAt.getTime() > lapsing.expiresAt.getTime());
+    }
+    const holders = await admin.holders(key);
+    assert.deepEqual(
+      holders.map((h) => h.owner).sort(),
+      kept.map((lease) => lease!.owner).sort(),
+      'the lapsed permit is no longer listed',
+    );
+    assert.equal(await lapsing.release(), 'lapsed');
+    // Its place is free again.
+    const third = await clientOf().acquire(key, { ttl: '1 min', limit: 3 });
+    assert.ok(third);
+    await Promise.all([...kept, third].map((lease) => lease!.release()));
+  });
+
+  test("a waiting acquire is woken by a permit's release, not by its poll fallback", async () => {
+    const key = uniqueKey('permits-wake');
+    const holderClient = clientOf();
+    const holders = await Promise.all(
+      [1, 2].map(() => holderClient.acquire(key, { ttl: '2 min', limit: 2 })),
+    );
+    // Without a notification the waiter would sleep until its watch refresh (~20 s here) or
+    // the permits' expiry (2 min).
+    const waiter = clientOf({ pollInterval: '30s' });
+    const waiting = waiter.acquire(key, { ttl: '1 min', limit: 2, wait: '40s' });
+    waiting.catch(() => undefined);
+    await waitFor('the waiter marks the counted key', () => watched(key));
+    await sleep(300); // let it fall asleep
+    const releasedAt = performance.now();
+    assert.equal(await holders[1]!.release(), 'ok');
+    const lease = await waiting;
+    const wokenAfter = performance.now() - releasedAt;
+    assert.ok(lease);
+    assert.ok(wokenAfter < 8_000, `woken ${Math.round(wokenAfter)} ms after the release`);
+    assert.ok(lease.epoch > holders[1]!.epoch);
+    await Promise.all([lease.release(), holders[0]!.release()]);
+  });
+
+  test("a waiting acquire takes the earliest permit's place when it lapses", async () => {
+    const key = uniqueKey('permits-earliest');
+    const holderClient = clientOf();
+    const long = (await holderClient.acquire(key, { ttl: '3 min', limit: 2 }))!;
+    const short = (await holderClient.acquire(key, { ttl: '2s', limit: 2 }))!;
+    assert.ok(long && short);
+    // Notifications cannot help (nobody releases); the poll is long: only the earliest expiry
+    // among the permits wakes the waiter in time (the latest is 3 minutes away).
+    const waiter = clientOf({ pollInterval: '30s' });
+    const started = performance.now();
+    const lease = await waiter.acquire(key, { ttl: '1 min', limit: 2, wait: '50s' });
+    const waited = performance.now() - started;
+    assert.ok(lease);
+    assert.ok(waited < 12_000, `waited ${Math.round(waited)} ms for a permit lapsing after 2 s`);
+    await Promise.all([lease.release(), long.release()]);
+  });
+
+  test('limit sets the limit, the last caller wins, and shrinking takes no permit away', async () => {
+    const key = uniqueKey('permits-limit');
+    const client = clientOf();
+    const a = (await client.acquire(key, { ttl: '1 min', limit: 2 }))!;
+    const b = (await client.acquire(key, { ttl: '1 min', limit: 2 }))!;
+    assert.ok(a && b);
+    assert.equal(await client.acquire(key, { ttl: '1 min', limit: 2 }), null);
+    // Growing admits one more.
+    const c = await client.acquire(key, { ttl: '1 min', limit: 3 });
+    assert.ok(c);
+    // Shrinking keeps all three, grants nothing until fewer than 1 are live.
+    assert.equal(await client.acquire(key, { ttl: '1 min', limit: 1 }), null);
+    assert.equal((await admin.holders(key)).length, 3);
+    assert.equal(await a.renew('1 min').then(() => 'ok'), 'ok');
+    // A plain acquire of a counted key gets a permit too (limit as it stands: 1, full).
+    assert.equal(await client.acquire(key, { ttl: '1 min' }), null);
+    await Promise.all([a.release(), b.release(), c.release()]);
+    const plain = await client.acquire(key, { ttl: '1 min' });
+    assert.ok(plain, 'a plain acquire takes a permit of the counted key');
+    assert.equal((await admin.inspect(key))?.owner, null, 'the key is still counted');
+    await plain.release();
+  });
+
+  test('a fenced transaction under a permit commits while the permit is live', async () => {
+    const key = uniqueKey('permits-fenced');
+    const client = clientOf();
+    const lease = (await client.acquire(key, { ttl: '1 min', limit: 2 }))!;
+    const value = await client.fenced(lease, async (tx) => {
+      const { rows } = await tx.query<{ one: number }>('SELECT 1 AS one');
+      return rows[0]!.one;
+    });
+    assert.equal(value, 1);
+    await lease.release();
+    await assert.rejects(
+      client.fenced(lease, () => undefined),
+      (error: Error) => error.name === 'LeaseFencedError',
+    );
+  });
+});
+
+describe('shared grants through the client', { concurrency: true }, () => {
+  test('shared holders go on beside each other and keep an exclusive acquirer out', async () => {
+    const key = uniqueKey('shared-vs-exclusive');
+    const client = clientOf();
+    const readers = await Promise.all(
+      [1, 2, 3].map(() => client.acquire(key, { ttl: '1 min', shared: true, keepAlive: true })),
+    );
+    assert.ok(
+      readers.every((lease) => lease !== null),
+      'every shared acquire is granted',
+    );
+    assert.equal(new Set(readers.map((lease) => lease!.epoch)).size, 3);
+    assert.equal(await client.acquire(key, { ttl: '1 min' }), null, 'no writer beside readers');
+    assert.equal((await admin.holders(key)).length, 3);
+
+    // A writer waits; the last reader's release wakes it.
+    const writerClient = clientOf({ pollInterval: '30s' });
+    const writing = writerClient.acquire(key, { ttl: '1 min', wait: '40s' });
+    writing.catch(() => undefined);
+    await waitFor('the writer marks the key', () => watched(key));
+    await readers[0]!.release();
+    await readers[1]!.release();
+    await sleep(300);
+    const releasedAt = performance.now();
+    await readers[2]!.release();
+    const writer = await writing;
+    assert.ok(writer);
+    assert.ok(performance.now() - releasedAt < 8_000, 'the writer was woken by the release');
+    assert.equal((await admin.inspect(key))?.owner, writer.owner, 'held exclusively');
+    assert.equal(await client.acquire(key, { ttl: '1 min', shared: true }), null, 'no reader');
+
+    // And a waiting reader is woken by the writer's release.
+    const readerClient = clientOf({ pollInterval: '30s' });
+    const reading = readerClient.acquire(key, { ttl: '1 min', shared: true, wait: '40s' });
+    reading.catch(() => undefined);
+    await waitFor('the reader marks the key', () => watched(key));
+    await sleep(300);
+    const writerReleasedAt = performance.now();
+    await writer.release();
+    const reader = await reading;
+    assert.ok(reader);
+    assert.ok(performance.now() - writerReleasedAt < 8_000);
+    assert.ok(reader.epoch > writer.epoch);
+    await reader.release();
+  });
+
+  test('a shared holder asking exclusively is denied, its grant untouched', async () => {
+    const key = uniqueKey('shared-no-upgrade');
+    const client = clientOf();
+    const reader = (await client.acquire(key, { ttl: '1 min', shared: true, owner: 'r1' }))!;
+    assert.ok(reader);
+    assert.equal(await client.acquire(key, { ttl: '1 min', owner: 'r1' }), null);
+    const again = await client.acquire(key, { ttl: '1 min', shared: true, owner: 'r1' });
+    assert.equal(again?.epoch, reader.epoch, 'the same shared grant comes back');
+    assert.equal(await reader.release(), 'ok');
+  });
+
+  test('a counted key refuses shared acquires with the server error', async () => {
+    const key = uniqueKey('shared-on-counted');
+    const client = clientOf();
+    const permit = (await client.acquire(key, { ttl: '1 min', limit: 2 }))!;
+    await assert.rejects(client.acquire(key, { ttl: '1 min', shared: true }), {
+      code: '0A000',
+      message: /is a counted key/,
+    });
+    await permit.release();
+  });
+});
+
+describe('input and the batched paths', { concurrency: true }, () => {
+  test('limit with shared, and bad limits, are refused before anything is sent', async () => {
+    const client = clientOf();
+    for (const options of [
+      { limit: 2, shared: true },
+      { limit: 0 },
+      { limit: 1.5 },
+      { limit: 1001 },
+      { limit: Number.NaN },
+    ]) {
+      const key = uniqueKey('permits-bad-input');
+      await assert.rejects(
+        client.acquire(key, { ttl: '1 min', ...options }),
+        (error: unknown) =>
+          error instanceof LeaseInvalidInputError &&
+          /limit/.test(error.detail) &&
+          (options.shared !== true || /cannot be combined/.test(error.detail)),
+        JSON.stringify(options),
+      );
+      assert.equal(await admin.inspect(key), null, 'nothing was written');
+    }
+  });
+
+  test('a limit on a key held exclusively is refused by the server, nothing changed', async () => {
+    const key = uniqueKey('permits-on-exclusive');
+    const client = clientOf();
+    const holder = (await client.acquire(key, { ttl: '1 min' }))!;
+    await assert.rejects(client.acquire(key, { ttl: '1 min', limit: 3 }), {
+      code: '55006',
+      message: /is held exclusively/,
+    });
+    const state = await admin.inspect(key);
+    assert.equal(state?.owner, holder.owner);
+    assert.equal(state?.epoch, holder.epoch);
+    await holder.release();
+  });
+
+  test('acquireMany refuses a counted key with the server error and grants nothing', async () => {
+    const counted = uniqueKey('many-counted');
+    const plain = uniqueKey('many-plain');
+    const client = clientOf();
+    const permit = (await client.acquire(counted, { ttl: '1 min', limit: 2 }))!;
+    await assert.rejects(client.acquireMany([plain, counted], { ttl: '1 min' }), {
+      code: '0A000',
+      message: /acquire_many does not take counted or shared keys/,
+    });
+    assert.equal(await admin.inspect(plain), null);
+    await permit.release();
+  });
+
+  test('with one owner and coalesce, permits, shared and exclusive grants renew and release side by side', async () => {
+    const owner = `coalescing-${process.pid}`;
+    const client = clientOf({ owner, coalesce: true });
+    const counted = uniqueKey('coalesce-counted');
+    const shared = uniqueKey('coalesce-shared');
+    const plainKeys = [uniqueKey('coalesce-plain'), uniqueKey('coalesce-plain')];
+    // The same tick: the exclusive ones share an acquire_many, the others go singly.
+    const leases = await Promise.all([
+      client.acquire(counted, { ttl: '1s', limit: 2, keepAlive: true }),
+      client.acquire(shared, { ttl: '1s', shared: true, keepAlive: true }),
+      ...plainKeys.map((key) => client.acquire(key, { ttl: '1s', keepAlive: true })),
+    ]);
+    assert.ok(leases.every((lease) => lease !== null));
+    // A plain acquire of the counted key, coalesced with an exclusive one: the server refuses
+    // the batch, and each is answered on its own (a second owner needed for a second permit).
+    const other = clientOf({ owner: `${owner}-2`, coalesce: true });
+    const plainAgain = uniqueKey('coalesce-plain');
+    const [second, third] = await Promise.all([
+      other.acquire(counted, { ttl: '1 min' }),
+      other.acquire(plainAgain, { ttl: '1 min' }),
+    ]);
+    assert.ok(second && third, 'both calls of the refused batch answered singly');
+    // Several ttls of renewals in one keep-alive group, all alive.
+    await sleep(2_500);
+    for (const lease of leases) assert.equal(lease!.signal.aborted, false, lease!.key);
+    const statuses = await client.releaseMany(leases.map((lease) => lease!));
+    assert.deepEqual(statuses, ['ok', 'ok', 'ok', 'ok']);
+    assert.deepEqual(await Promise.all([second.release(), third.release()]), ['ok', 'ok']);
+    assert.deepEqual(await admin.holders(counted), []);
+  });
+
+  test('holders lists the exclusive holder, and nothing for a free or unknown key', async () => {
+    const key = uniqueKey('holders-exclusive');
+    const client = clientOf();
+    assert.deepEqual(await admin.holders(key), []);
+    const lease = (await client.acquire(key, { ttl: '1 min' }))!;
+    const holders = await admin.holders(key);
+    assert.equal(holders.length, 1);
+    assert.equal(holders[0]!.owner, lease.owner);
+    assert.equal(holders[0]!.epoch, lease.epoch);
+    assert.equal(holders[0]!.expiresAt.getTime(), lease.expiresAt.getTime());
+    assert.ok(holders[0]!.remainingMs > 30_000);
+    await lease.release();
+    assert.deepEqual(await admin.holders(key), []);
+    await assert.rejects(admin.holders(''), LeaseInvalidInputError);
+  });
+});

@@ -1,0 +1,109 @@
+/**
+ * An adversarial pass over 0.3.0's counted keys and shared grants (SEMANTICS.md §13): each
+ * describe block is one attack that found a defect, with the test that showed it; the fix is in
+ * extension/src/objects (or extension/src/upgrade) and the contract in specs/SEMANTICS.md.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { uniqueKey } from '../support/helpers.js';
+import {
+  acquire,
+  micros,
+  renewCall,
+  sleepPast,
+  type Acquired,
+  type Call,
+  type Queryable,
+} from '../support/lease-calls.js';
+import { Isolation } from '../support/sessions.js';
+
+let db: TestDatabase;
+before(async () => {
+  db = await createTestDatabase();
+});
+after(() => db.close());
+
+function sharedCall(key: string, owner: string, ttl: string): Call<Acquired> {
+  return {
+    text: `SELECT acquired, epoch::text AS epoch, ${micros('expires_at')} AS expires_us
+             FROM lease.acquire_shared($1::text, $2::text, $3::interval)`,
+    values: [key, owner, ttl],
+    parse(result) {
+      const row = result.rows[0] as Record<string, string | boolean | null>;
+      return {
+        acquired: row.acquired as boolean,
+        epoch: row.epoch === null ? null : BigInt(row.epoch as string),
+        expiresAt: row.expires_us === null ? null : BigInt(row.expires_us as string),
+      };
+    },
+  };
+}
+
+async function shared(q: Queryable, key: string, owner: string, ttl: string): Promise<Acquired> {
+  const call = sharedCall(key, owner, ttl);
+  return call.parse(await q.query(call.text, call.values));
+}
+
+const setLimitCall = (key: string, limit: number | null) => ({
+  text: 'SELECT permit_limit, holders FROM lease.set_limit($1, $2)',
+  values: [key, limit],
+  parse: (r: pg.QueryResult) => r.rows[0] as { permit_limit: number | null; holders: number },
+});
+
+async function holders(q: Queryable, key: string): Promise<[string, bigint][]> {
+  const { rows } = await q.query('SELECT owner, epoch::text FROM lease.holders($1)', [key]);
+  return (rows as { owner: string; epoch: string }[]).map((r) => [r.owner, BigInt(r.epoch)]);
+}
+
+describe('1. set_limit counts a permit renewed in an open transaction, as a grant does', { concurrency: true }, () => {
+  /*
+   * The attack: set_limit counted the key's live permits with a plain read (its snapshot),
+   * without waiting for a renewal in progress. A permit renewed just before it lapses, in a
+   * transaction still open, read as lapsed: set_limit(key, NULL) went on, its DELETE of every
+   * permit waited for the renewal and then deleted the renewed permit, and the key became FREE.
+   * The renewal committed 'ok' with a new expiry, yet an exclusive grant of the key was made
+   * beside it at once, and the permit was gone (renew: not_owner, fence: PLF01). The same for a
+   * shared grant (an exclusive holder beside a live shared one), and set_limit(key, N) made a
+   * key with a live shared grant counted.
+   */
+  const cases = [
+    { what: 'a permit, set_limit(key, NULL)', mode: 'permit', limit: null, message: 'still has live permits' },
+    { what: 'a shared grant, set_limit(key, NULL)', mode: 'shared', limit: null, message: 'still has live permits' },
+    { what: 'a shared grant, set_limit(key, 2)', mode: 'shared', limit: 2, message: 'has live shared grants' },
+  ] as const;
+  for (const c of cases) {
+    test(`${c.what}: waits for the renew; refused (55006) on commit, done on rollback`, async () => {
+      for (const outcome of ['COMMIT', 'ROLLBACK'] as const) {
+        await using iso = await Isolation.open(db.url, ['s1', 's2']);
+        const { s1, s2 } = iso.named;
+        const key = uniqueKey(`limit-renew-${c.mode}`);
+        let a: Acquired;
+        if (c.mode === 'permit') {
+          await db.pool.query('SELECT lease.set_limit($1, 1)', [key]);
+          a = await acquire(db.pool, key, 'a', '1200 milliseconds');
+        } else {
+          a = await shared(db.pool, key, 'a', '1200 milliseconds');
+        }
+        assert.equal(a.acquired, true);
+        await s1.query('BEGIN');
+        assert.equal((await s1.run(renewCall(key, 'a', a.epoch, '1 minute'))).status, 'ok');
+        await sleepPast(db.pool, a.expiresAt);
+        const s2Limit = s2.start(setLimitCall(key, c.limit));
+        await iso.untilBlocked(s2Limit, s1);
+        await s1.query(outcome);
+        if (outcome === 'COMMIT') {
+          const error = await s2Limit.error();
+          assert.equal(error.code, '55006');
+          assert.equal(error.message, `pg_lease: key "${key}" ${c.message}`);
+          assert.deepEqual(await holders(db.pool, key), [['a', a.epoch]]);
+          assert.equal((await acquire(db.pool, key, 'x', '1 minute')).acquired, false);
+        } else {
+          assert.deepEqual(await s2Limit.result(), { permit_limit: c.limit, holders: 0 });
+          assert.deepEqual(await holders(db.pool, key), []);
+        }
+      }
+    });
+  }
+});

@@ -14,9 +14,9 @@
  * grants one, holding the key's row locked, taking the epoch from it with
  * lease._next_epoch.
  *
- * The count.  A grant locks the key's row (FOR NO KEY UPDATE), reads the
- * clock, deletes the key's permits that are not live then, and counts the
- * rest.  A renew or release of a permit locks that permit's row, and a
+ * The count (lease._count_permits).  A grant, or lease.set_limit, locks the
+ * key's row (FOR NO KEY UPDATE), reads the clock, deletes the key's permits
+ * that are not live then, and counts the rest.  A renew or release of a permit locks that permit's row, and a
  * fenced transaction holds it FOR SHARE; the DELETE waits for either and
  * then decides on the newest version.  A renew writes only a permit live
  * when it took the row's lock, so a permit the grant did not delete is one
@@ -43,6 +43,43 @@ REVOKE ALL ON TABLE lease.permits FROM PUBLIC;
 
 COMMENT ON TABLE lease.permits IS
     'pg_lease internal state: one row per permit of a counted key or shared grant of a key; use the lease.* functions, never this table';
+
+/*
+ * lease._count_permits(key, owner, at): the count (see above), the one
+ * place it is made, by a caller that holds the key's row locked (FOR NO KEY
+ * UPDATE) and read the clock (at) once it held it: the grant of a permit,
+ * of a shared grant or of the exclusive grant of a key in its shared phase
+ * (lease._acquire_permit), and lease.set_limit.  Deletes the key's permits
+ * that are not live at at, waiting for a renew, release or fenced
+ * transaction that holds one, and returns how many are left (live) and how
+ * many of those are owner's (owned, 0 or 1).  A permit renewed in an open
+ * transaction before it lapsed is waited for and counted: a plain read
+ * would see it lapsed, and a later statement that trusted that read would
+ * act on a live permit (a DELETE of it, a grant beside it).
+ */
+CREATE OR REPLACE FUNCTION lease._count_permits(
+    p_key   text,
+    p_owner text,
+    p_at    timestamptz,
+    OUT live  integer,
+    OUT owned integer)
+    LANGUAGE plpgsql
+    VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    DELETE FROM lease.permits AS p
+     WHERE p.key = p_key COLLATE pg_catalog."C"
+       AND NOT lease._is_live(p.owner, p.expires_at, p_at);
+    SELECT pg_catalog.count(*),
+           pg_catalog.count(*) FILTER (WHERE p.owner = p_owner COLLATE pg_catalog."C")
+      INTO live, owned
+      FROM lease.permits AS p
+     WHERE p.key = p_key COLLATE pg_catalog."C";
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._count_permits(text, text, timestamptz) FROM PUBLIC;
 
 /*
  * lease._acquire_permit(key, owner, ttl, shared): a grant on a key that has
@@ -213,14 +250,8 @@ BEGIN
             ELSIF v_limit IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'PLL01';
             END IF;
-            DELETE FROM lease.permits AS p
-             WHERE p.key = p_key COLLATE pg_catalog."C"
-               AND NOT lease._is_live(p.owner, p.expires_at, v_now);
-            SELECT pg_catalog.count(*),
-                   pg_catalog.count(*) FILTER (WHERE p.owner = p_owner COLLATE pg_catalog."C")
-              INTO v_count, v_epoch
-              FROM lease.permits AS p
-             WHERE p.key = p_key COLLATE pg_catalog."C";
+            SELECT c.live, c.owned INTO v_count, v_epoch
+              FROM lease._count_permits(p_key, p_owner, v_now) AS c;
 
             IF NOT p_shared AND v_limit = 0 THEN
                 -- The exclusive grant of a key in its shared phase: only
@@ -407,6 +438,9 @@ COMMENT ON FUNCTION lease.acquire_shared(text, text, interval, interval) IS
  *     limit are live.  Nobody is fenced by a change of limit.
  *   - A counted key becomes exclusive (limit NULL) only when none of its
  *     permits is live (55006); it is then FREE, its epoch past every permit's.
+ *   - Its permits (or shared grants) are counted as a grant counts them
+ *     (lease._count_permits): a renewal in an open transaction is waited
+ *     for and counted, so no change of kind goes by a live permit.
  *
  * With owners bound to roles (90-owner-binding.sql), only a role that may
  * act for every live holder of the key may change its limit.  On Citus
@@ -474,6 +508,14 @@ BEGIN
         EXIT;
     END LOOP;
 
+    -- The key's live permits or shared grants, counted as a grant counts
+    -- them (a renewal in an open transaction is waited for and counted);
+    -- when none is left, the key has no permit rows at all.
+    holders := 0;
+    IF v_limit IS NOT NULL THEN
+        SELECT c.live INTO holders FROM lease._count_permits(p_key, NULL, v_now) AS c;
+    END IF;
+
     -- Holders the caller must be able to act for (owners bound).
     IF lease._owners_bound() THEN
         IF lease._is_live(v_owner, v_expires_at, v_now) THEN
@@ -495,10 +537,6 @@ BEGIN
                   HINT = 'Set a limit once the holder has released the key or its grant has lapsed.';
     END IF;
 
-    SELECT pg_catalog.count(*)::integer INTO holders
-      FROM lease.permits AS p
-     WHERE p.key = p_key COLLATE pg_catalog."C"
-       AND lease._is_live(p.owner, p.expires_at, v_now);
     IF v_limit = 0 AND p_limit IS NOT NULL AND holders > 0 THEN
         -- A key in its shared phase becomes counted only with no shared
         -- grant live: a shared grant is not a permit.
@@ -517,8 +555,8 @@ BEGIN
     IF p_limit IS NULL THEN
         IF v_limit IS NOT NULL THEN
             -- Counted -> exclusive: FREE from now on, its epoch (the latest
-            -- permit's) the watermark.
-            DELETE FROM lease.permits AS p WHERE p.key = p_key COLLATE pg_catalog."C";
+            -- permit's) the watermark.  No permit row is left (counted
+            -- above).
             UPDATE lease.leases AS l
                SET permit_limit = NULL, released_at = v_now
              WHERE l.key = p_key COLLATE pg_catalog."C";

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
+import { PgCluster } from 'pg-lease-testing';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { uniqueKey } from '../support/helpers.js';
 import {
@@ -15,8 +16,10 @@ import {
   sleepPast,
   type Acquired,
   type Call,
+  pgError,
   type Queryable,
 } from '../support/lease-calls.js';
+import { CURRENT_VERSION, FIXTURE_0_2_2 } from '../support/releases.js';
 import { Isolation } from '../support/sessions.js';
 
 let db: TestDatabase;
@@ -106,4 +109,65 @@ describe('1. set_limit counts a permit renewed in an open transaction, as a gran
       }
     });
   }
+});
+
+describe('2. a role without privileges cannot block the update from 0.2.2', () => {
+  /*
+   * The attack of attack-pass.test.ts §3, on the update to 0.3.0: its step from 0.2.2 drops
+   * lease._acquire_wait(text, text, interval, interval) (the signature changes), without
+   * CASCADE. A role with no privilege on it, only CREATE in a schema of its own, makes a
+   * function whose SQL-standard body calls it (no EXECUTE is needed for that); DROP FUNCTION
+   * then fails with 2BP01 and the whole update rolls back, keeping the database on 0.2.2.
+   * SEMANTICS.md §12 promises that no role can make an update fail by pinning a private helper
+   * it removes.
+   */
+  let cluster: PgCluster;
+  before(async () => {
+    cluster = await PgCluster.start({ extraExtensionFiles: [FIXTURE_0_2_2] });
+  });
+  after(async () => {
+    await cluster?.destroy();
+  });
+
+  test('a function of another role calling lease._acquire_wait does not stop the update', async () => {
+    const url = await cluster.createDatabase(undefined, { extension: false });
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    const role = 'attack_update_030';
+    const helper = `lease._acquire_wait('k', 'o', '1 minute'::interval, '1 second'::interval)`;
+    try {
+      await admin.query(`CREATE EXTENSION pg_lease VERSION '0.2.2'`);
+      await admin.query(`CREATE ROLE ${role} LOGIN`);
+      await admin.query(`CREATE SCHEMA ${role} AUTHORIZATION ${role}`);
+      const parsed = new URL(url);
+      parsed.username = role;
+      const attacker = new pg.Client({ connectionString: parsed.toString() });
+      await attacker.connect();
+      try {
+        const denied = await pgError(attacker.query(`SELECT * FROM ${helper}`));
+        assert.equal(denied.code, '42501', 'the role may not execute the helper');
+        await attacker.query(
+          `CREATE FUNCTION ${role}.pin() RETURNS SETOF record LANGUAGE sql
+             BEGIN ATOMIC SELECT * FROM ${helper}; END`,
+        );
+      } finally {
+        await attacker.end();
+      }
+      const outcome = await admin.query(`ALTER EXTENSION pg_lease UPDATE`).then(
+        () => undefined,
+        (error: pg.DatabaseError) => error,
+      );
+      assert.equal(
+        outcome,
+        undefined,
+        `the update failed: ${outcome?.code} ${outcome?.message} (${outcome?.detail})`,
+      );
+      const { rows } = await admin.query(
+        `SELECT extversion FROM pg_extension WHERE extname = 'pg_lease'`,
+      );
+      assert.equal(rows[0].extversion, CURRENT_VERSION);
+    } finally {
+      await admin.end();
+    }
+  });
 });

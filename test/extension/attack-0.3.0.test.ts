@@ -11,6 +11,8 @@ import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { uniqueKey } from '../support/helpers.js';
 import {
   acquire,
+  acquireCall,
+  inspect,
   micros,
   renewCall,
   sleepPast,
@@ -169,5 +171,85 @@ describe('2. a role without privileges cannot block the update from 0.2.2', () =
     } finally {
       await admin.end();
     }
+  });
+});
+
+/** Two keys, new to the database, whose hashtext() is the same: the no-starvation mark's pair. */
+async function collidingKeys(q: Queryable): Promise<[string, string]> {
+  const prefix = uniqueKey('collide');
+  const { rows } = await q.query(
+    `SELECT min(k) AS a, max(k) AS b
+       FROM (SELECT $1 || i AS k FROM generate_series(1, 400000) AS i) AS s
+      GROUP BY hashtext(k) HAVING count(*) > 1 LIMIT 1`,
+    [prefix],
+  );
+  assert.equal(rows.length, 1, 'no two keys of 400000 collide: try another prefix');
+  return [rows[0].a as string, rows[0].b as string];
+}
+
+async function untilMarked(q: Queryable, key: string): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    const { rows } = await q.query(
+      `SELECT EXISTS (SELECT FROM pg_locks
+                       WHERE locktype = 'advisory' AND classid = 1885826149
+                         AND objid = hashtext($1)::oid AND objsubid = 2
+                         AND mode = 'ExclusiveLock' AND granted) AS marked`,
+      [key],
+    );
+    if (rows[0].marked) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.fail(`no exclusive acquirer marked ${key}`);
+}
+
+describe('3. a shared grant denied by the writers mark writes nothing and keeps no lock', () => {
+  /*
+   * The attack: the mark of a waiting exclusive acquirer is an advisory lock on
+   * hashtext(key), so an exclusive acquirer waiting for key A also denies shared grants of a
+   * key B whose hash collides (§13: "A hash collision ... can only deny a shared grant"). But
+   * acquire_shared on a key never granted first inserted B's row, in its shared phase, outside
+   * the subtransaction of the grant, and then was denied by the mark: the denied call wrote a
+   * row (which purge never deletes: a key in its shared phase) and, in an open transaction,
+   * kept it uncommitted, so every other acquire of B waited for that transaction (§5: a denial
+   * writes nothing and keeps no lock).
+   */
+  test('acquire_shared of a key never granted, denied while an exclusive acquirer waits for a colliding key', async () => {
+    await using iso = await Isolation.open(db.url, ['waiter', 's1', 's2']);
+    const { waiter, s1, s2 } = iso.named;
+    const [a, b] = await collidingKeys(db.pool);
+    const reader = await shared(db.pool, a, 'r', '1 minute');
+    assert.equal(reader.acquired, true);
+    const waiting = waiter.start(acquireCall(a, 'w', '1 minute', '20 seconds'));
+    await untilMarked(db.pool, a);
+
+    await s1.query('BEGIN');
+    assert.deepEqual(await s1.run(sharedCall(b, 's', '1 minute')), {
+      acquired: false,
+      epoch: null,
+      expiresAt: null,
+    });
+    // Nothing written, nothing locked: another owner's exclusive acquire of b goes through.
+    const x = await s2.run(acquireCall(b, 'x', '1 minute'));
+    assert.equal(x.acquired, true);
+    await s1.query('COMMIT');
+    assert.equal((await inspect(db.pool, b))?.owner, 'x');
+    assert.deepEqual(await holders(db.pool, b), [['x', x.epoch]]);
+
+    await db.pool.query('SELECT lease.release($1, $2, $3)', [a, 'r', String(reader.epoch)]);
+    assert.equal((await waiting.result()).acquired, true);
+  });
+
+  test('and with nothing else there: the denied key reads as never granted', async () => {
+    await using iso = await Isolation.open(db.url, ['waiter']);
+    const { waiter } = iso.named;
+    const [a, b] = await collidingKeys(db.pool);
+    const reader = await shared(db.pool, a, 'r', '1 minute');
+    const waiting = waiter.start(acquireCall(a, 'w', '1 minute', '20 seconds'));
+    await untilMarked(db.pool, a);
+    assert.equal((await shared(db.pool, b, 's', '1 minute')).acquired, false);
+    assert.equal(await inspect(db.pool, b), undefined);
+    await db.pool.query('SELECT lease.release($1, $2, $3)', [a, 'r', String(reader.epoch)]);
+    assert.equal((await waiting.result()).acquired, true);
+    assert.equal((await shared(db.pool, b, 's', '1 minute')).acquired, true);
   });
 });

@@ -103,8 +103,9 @@ REVOKE ALL ON FUNCTION lease._count_permits(text, text, timestamptz) FROM PUBLIC
  *   2. A look without a lock: a full key, or a live grant of the other
  *      mode, denies at once, so a denial takes no lock and writes nothing.
  *   3. Under the key's row lock, in a subtransaction rolled back (PLL01)
- *      unless it grants: the count (see above), then the key's next epoch
- *      and the permit's row (or, for the exclusive grant, the key's row).
+ *      unless it grants: the row of a key never granted (a shared grant's
+ *      first), the count (see above), then the key's next epoch and the
+ *      permit's row (or, for the exclusive grant, the key's row).
  */
 CREATE OR REPLACE FUNCTION lease._acquire_permit(
     p_key    text,
@@ -210,25 +211,25 @@ BEGIN
             EXIT WHEN v_limit IS NULL OR v_count >= GREATEST(v_limit, 1);
         END IF;
 
-        IF NOT v_found THEN
-            -- A shared grant of a key never granted: its row first, free and
-            -- in its shared phase, with the epoch a first grant would have
-            -- had (as lease.set_limit makes a counted key's row).
-            v_now := pg_catalog.clock_timestamp();
-            SELECT lease._next_epoch(f.epoch) INTO v_first FROM lease.epoch_floor AS f;
-            INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, released_at, permit_limit)
-            VALUES (p_key, NULL, v_first, NULL, v_now, 0)
-            ON CONFLICT (key) DO NOTHING;
-            IF FOUND THEN
-                PERFORM lease._first_grant_epoch(p_key, v_first);
-            END IF;
-            -- Made here or by a concurrent first grant: look again.
-            CONTINUE WHEN v_rounds <= 2;
-            EXIT;
-        END IF;
-
         -- 3. The grant, under the key's row lock.
         BEGIN
+            IF NOT v_found THEN
+                -- A shared grant of a key never granted: its row first, free
+                -- and in its shared phase, with the epoch a first grant
+                -- would have had (as lease.set_limit makes a counted key's
+                -- row).  In this subtransaction, so that a denial below (a
+                -- waiting exclusive acquirer's mark, also one of a key whose
+                -- hash collides) takes the row back: nothing written,
+                -- nothing kept locked.  A concurrent first grant's row is
+                -- locked below instead.
+                SELECT lease._next_epoch(f.epoch) INTO v_first FROM lease.epoch_floor AS f;
+                INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, released_at, permit_limit)
+                VALUES (p_key, NULL, v_first, NULL, pg_catalog.clock_timestamp(), 0)
+                ON CONFLICT (key) DO NOTHING;
+                IF FOUND THEN
+                    PERFORM lease._first_grant_epoch(p_key, v_first);
+                END IF;
+            END IF;
             SELECT l.permit_limit, l.owner, l.expires_at
               INTO v_limit, v_holder, v_held_until
               FROM lease.leases AS l

@@ -22,6 +22,7 @@ import {
   type Queryable,
 } from '../support/lease-calls.js';
 import { CURRENT_VERSION, FIXTURE_0_2_2 } from '../support/releases.js';
+import { createRole } from '../support/roles.js';
 import { Isolation } from '../support/sessions.js';
 
 let db: TestDatabase;
@@ -251,5 +252,52 @@ describe('3. a shared grant denied by the writers mark writes nothing and keeps 
     await db.pool.query('SELECT lease.release($1, $2, $3)', [a, 'r', String(reader.epoch)]);
     assert.equal((await waiting.result()).acquired, true);
     assert.equal((await shared(db.pool, b, 's', '1 minute')).acquired, true);
+  });
+});
+
+describe('4. with owners bound, a role cannot make the exclusive key of another role counted', () => {
+  /*
+   * The attack: with owners bound to roles (§11), a role may act only for its own owners, and
+   * nobody can make another role's holder share its key. But lease.set_limit was anyone's on a
+   * key not held: role I made key K counted with two permits while K was free. The next
+   * lease.acquire(K, 'V/writer', ...) of role V, which uses K as an exclusive key, answered
+   * acquired = true with an epoch, exactly as an exclusive grant, yet it was a permit: role I
+   * then acquired K too, and both passed lease.fence with their epochs. Two holders of a key
+   * that its user acquires exclusively, made by a role that may not act for it; V cannot even
+   * release I's permit (42501). With owners bound, set_limit now belongs to who may change the
+   * binding (superusers and members of the database owner's role), as bind_owners does.
+   */
+  test('set_limit by a role that is not the database owner is refused (42501) and changes nothing', async () => {
+    const victim = await createRole(db);
+    const intruder = await createRole(db);
+    const key = uniqueKey('bound-limit');
+    await db.pool.query('SELECT lease.bind_owners(true)');
+    try {
+      const i = await intruder.connect();
+      const error = await pgError(i.query('SELECT * FROM lease.set_limit($1, 2)', [key]));
+      assert.equal(error.code, '42501');
+      assert.equal(
+        error.message,
+        'pg_lease: only the database owner may set limits while owners are bound to roles',
+      );
+      assert.equal(await inspect(db.pool, key), undefined);
+
+      const v = await victim.connect();
+      const writer = await acquire(v, key, `${victim.name}/writer`, '1 minute');
+      assert.equal(writer.acquired, true);
+      assert.equal((await acquire(i, key, `${intruder.name}/x`, '1 minute')).acquired, false);
+      assert.deepEqual(await holders(db.pool, key), [[`${victim.name}/writer`, writer.epoch]]);
+
+      // The database owner (here a superuser) still sets limits.
+      const other = uniqueKey('bound-limit-admin');
+      assert.deepEqual(await setLimitCall(other, 2).parse(await db.pool.query(setLimitCall(other, 2).text, setLimitCall(other, 2).values)), {
+        permit_limit: 2,
+        holders: 0,
+      });
+    } finally {
+      await db.pool.query('SELECT lease.bind_owners(false)');
+      await victim.drop();
+      await intruder.drop();
+    }
   });
 });

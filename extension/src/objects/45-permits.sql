@@ -443,8 +443,9 @@ COMMENT ON FUNCTION lease.acquire_shared(text, text, interval, interval) IS
  *     (lease._count_permits): a renewal in an open transaction is waited
  *     for and counted, so no change of kind goes by a live permit.
  *
- * With owners bound to roles (90-owner-binding.sql), only a role that may
- * act for every live holder of the key may change its limit.  On Citus
+ * With owners bound to roles (90-owner-binding.sql), only a superuser or a
+ * member of the database owner's role (lease._may_administer) that may act
+ * for every live holder of the key may change its limit.  On Citus
  * (lease.distribute()) counted keys are not available (0A000).
  */
 CREATE OR REPLACE FUNCTION lease.set_limit(
@@ -470,6 +471,17 @@ BEGIN
         AND lease._is_plain_session()) IS NOT TRUE THEN
         PERFORM lease._validate('set_limit', ARRAY[p_key], p_limit => p_limit);
         PERFORM lease._begin_write('set_limit');
+    END IF;
+    -- With owners bound to roles, a limit is the database owner's to set:
+    -- it makes lease.acquire of the key a permit for every role, so a role
+    -- that may not act for a key's users could otherwise make their next
+    -- exclusive acquire a permit beside one of its own.
+    IF lease._owners_bound() AND NOT lease._may_administer(lease._calling_role()) THEN
+        RAISE EXCEPTION 'pg_lease: only the database owner may set limits while owners are bound to roles'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('%s is neither a superuser nor a member of the database owner''s role.',
+                                             lease._calling_role()),
+                  HINT = 'Ask the database owner to set the limit, or turn the owner binding off with lease.bind_owners(false).';
     END IF;
     IF lease._is_distributed() THEN
         RAISE EXCEPTION 'pg_lease: counted keys are not available on Citus'

@@ -124,12 +124,15 @@ describe('crash', () => {
   test('shared grants survive kill -9 like exclusive grants: committed ones stand (also under synchronous_commit = off), an uncommitted one is gone, a waiting exclusive acquirer leaves no mark', async () => {
     await reconnect();
     const key = 'crash/shared';
+    // The uncommitted shared grant is of a key of its own: its transaction holds the writers'
+    // mark in share mode until it ends, so no exclusive acquirer could mark its key meanwhile.
+    const uncommittedKey = 'crash/shared/uncommitted';
     await db.query('SET synchronous_commit = off');
-    const shared = async (q: pg.Client, owner: string) => {
+    const shared = async (q: pg.Client, owner: string, k = key) => {
       const { rows } = await q.query(
         `SELECT acquired, epoch::text AS epoch, ${micros('expires_at')} AS e
            FROM lease.acquire_shared($1, $2, '60 seconds')`,
-        [key, owner],
+        [k, owner],
       );
       const row = rows[0] as { acquired: boolean; epoch: string | null; e: string | null };
       return {
@@ -145,7 +148,7 @@ describe('crash', () => {
     const open = await connect(url);
     const waiter = await connect(url);
     await open.query('BEGIN');
-    assert.equal((await shared(open, 'worker-c')).acquired, true);
+    assert.equal((await shared(open, 'worker-c', uncommittedKey)).acquired, true);
     const waiterPid = await backendPid(waiter);
     const waiting = waiter
       .query(`SELECT acquired FROM lease.acquire($1, 'worker-x', '60 seconds', '60 seconds')`, [
@@ -171,6 +174,8 @@ describe('crash', () => {
       { owner: 'worker-a', epoch: String(a.epoch), e: String(renewed.expiresAt) },
       { owner: 'worker-b', epoch: String(b.epoch), e: b.expiresAt },
     ]);
+    const { rows: gone } = await db.query('SELECT owner FROM lease.holders($1)', [uncommittedKey]);
+    assert.deepEqual(gone, [], 'the uncommitted shared grant is gone');
     assert.equal((await acquire(db, key, 'worker-x', '60 seconds')).acquired, false);
     const d = await shared(db, 'worker-d');
     assert.equal(d.acquired, true, 'no mark of the crashed waiter is left');

@@ -114,6 +114,36 @@ describe('1. set_limit counts a permit renewed in an open transaction, as a gran
   }
 });
 
+describe('1b. under REPEATABLE READ, set_limit never answers from a snapshot that predates a renewal', () => {
+  /*
+   * The same attack from a REPEATABLE READ transaction whose snapshot predates a renewal of the
+   * key's only shared grant (committed just before the grant's old expiry): its snapshot shows
+   * no live shared grant. set_limit(key, 2) then made the key counted beside the live, renewed
+   * shared grant; now its count deletes what its snapshot shows lapsed, which fails with 40001
+   * on the renewed row.
+   */
+  test('set_limit(key, 2) of a key whose shared grant was renewed after the snapshot fails with 40001', async () => {
+    await using iso = await Isolation.open(db.url, ['s1']);
+    const { s1 } = iso.named;
+    const key = uniqueKey('limit-rr');
+    const a = await shared(db.pool, key, 'a', '1200 milliseconds');
+    await s1.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+    await s1.query('SELECT count(*) FROM lease.holders($1)', [key]);
+    await db.pool.query('SELECT * FROM lease.renew($1, $2, $3, $4)', [
+      key,
+      'a',
+      String(a.epoch),
+      '1 minute',
+    ]);
+    await sleepPast(db.pool, a.expiresAt);
+    const error = await pgError(s1.query(setLimitCall(key, 2).text, setLimitCall(key, 2).values));
+    assert.equal(error.code, '40001');
+    await s1.query('ROLLBACK');
+    assert.deepEqual(await holders(db.pool, key), [['a', a.epoch]]);
+    assert.equal((await acquire(db.pool, key, 'x', '1 minute')).acquired, false);
+  });
+});
+
 describe('2. a role without privileges cannot block the update from 0.2.2', () => {
   /*
    * The attack of attack-pass.test.ts §3, on the update to 0.3.0: its step from 0.2.2 drops

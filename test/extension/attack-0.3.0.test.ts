@@ -331,3 +331,27 @@ describe('4. with owners bound, a role cannot make the exclusive key of another 
     }
   });
 });
+
+describe('kept from attacks that found nothing', () => {
+  test('a waiting exclusive acquirer cancelled by statement_timeout and rolled back to a savepoint leaves no mark while its transaction stays open', async () => {
+    await using iso = await Isolation.open(db.url, ['s1']);
+    const { s1 } = iso.named;
+    const key = uniqueKey('mark-savepoint');
+    assert.equal((await shared(db.pool, key, 'r', '1 minute')).acquired, true);
+    await s1.query('BEGIN');
+    await s1.query('SAVEPOINT attempt');
+    await s1.query(`SET LOCAL statement_timeout = '300ms'`);
+    const error = await pgError(
+      s1.query(acquireCall(key, 'w', '1 minute', '10 seconds').text, [key, 'w', '1 minute', '10 seconds']),
+    );
+    assert.equal(error.code, '57014');
+    await s1.query('ROLLBACK TO SAVEPOINT attempt');
+    const { rows } = await db.pool.query(
+      `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885826149
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    );
+    assert.equal(rows[0].n, 0);
+    assert.equal((await shared(db.pool, key, 'b', '1 minute')).acquired, true);
+    await s1.query('COMMIT');
+  });
+});

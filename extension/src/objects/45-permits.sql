@@ -14,9 +14,9 @@
  * grants one, holding the key's row locked, taking the epoch from it with
  * lease._next_epoch.
  *
- * The count.  A grant locks the key's row (FOR NO KEY UPDATE), reads the
- * clock, deletes the key's permits that are not live then, and counts the
- * rest.  A renew or release of a permit locks that permit's row, and a
+ * The count (lease._count_permits).  A grant, or lease.set_limit, locks the
+ * key's row (FOR NO KEY UPDATE), reads the clock, deletes the key's permits
+ * that are not live then, and counts the rest.  A renew or release of a permit locks that permit's row, and a
  * fenced transaction holds it FOR SHARE; the DELETE waits for either and
  * then decides on the newest version.  A renew writes only a permit live
  * when it took the row's lock, so a permit the grant did not delete is one
@@ -45,6 +45,43 @@ COMMENT ON TABLE lease.permits IS
     'pg_lease internal state: one row per permit of a counted key or shared grant of a key; use the lease.* functions, never this table';
 
 /*
+ * lease._count_permits(key, owner, at): the count (see above), the one
+ * place it is made, by a caller that holds the key's row locked (FOR NO KEY
+ * UPDATE) and read the clock (at) once it held it: the grant of a permit,
+ * of a shared grant or of the exclusive grant of a key in its shared phase
+ * (lease._acquire_permit), and lease.set_limit.  Deletes the key's permits
+ * that are not live at at, waiting for a renew, release or fenced
+ * transaction that holds one, and returns how many are left (live) and how
+ * many of those are owner's (owned, 0 or 1).  A permit renewed in an open
+ * transaction before it lapsed is waited for and counted: a plain read
+ * would see it lapsed, and a later statement that trusted that read would
+ * act on a live permit (a DELETE of it, a grant beside it).
+ */
+CREATE OR REPLACE FUNCTION lease._count_permits(
+    p_key   text,
+    p_owner text,
+    p_at    timestamptz,
+    OUT live  integer,
+    OUT owned integer)
+    LANGUAGE plpgsql
+    VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    DELETE FROM lease.permits AS p
+     WHERE p.key = p_key COLLATE pg_catalog."C"
+       AND NOT lease._is_live(p.owner, p.expires_at, p_at);
+    SELECT pg_catalog.count(*),
+           pg_catalog.count(*) FILTER (WHERE p.owner = p_owner COLLATE pg_catalog."C")
+      INTO live, owned
+      FROM lease.permits AS p
+     WHERE p.key = p_key COLLATE pg_catalog."C";
+END;
+$function$;
+
+REVOKE ALL ON FUNCTION lease._count_permits(text, text, timestamptz) FROM PUBLIC;
+
+/*
  * lease._acquire_permit(key, owner, ttl, shared): a grant on a key that has
  * permits (§13), after the caller has checked the input and the transaction.
  * Three grants share this one body, so that each rule is written once:
@@ -66,8 +103,9 @@ COMMENT ON TABLE lease.permits IS
  *   2. A look without a lock: a full key, or a live grant of the other
  *      mode, denies at once, so a denial takes no lock and writes nothing.
  *   3. Under the key's row lock, in a subtransaction rolled back (PLL01)
- *      unless it grants: the count (see above), then the key's next epoch
- *      and the permit's row (or, for the exclusive grant, the key's row).
+ *      unless it grants: the row of a key never granted (a shared grant's
+ *      first), the count (see above), then the key's next epoch and the
+ *      permit's row (or, for the exclusive grant, the key's row).
  */
 CREATE OR REPLACE FUNCTION lease._acquire_permit(
     p_key    text,
@@ -173,25 +211,25 @@ BEGIN
             EXIT WHEN v_limit IS NULL OR v_count >= GREATEST(v_limit, 1);
         END IF;
 
-        IF NOT v_found THEN
-            -- A shared grant of a key never granted: its row first, free and
-            -- in its shared phase, with the epoch a first grant would have
-            -- had (as lease.set_limit makes a counted key's row).
-            v_now := pg_catalog.clock_timestamp();
-            SELECT lease._next_epoch(f.epoch) INTO v_first FROM lease.epoch_floor AS f;
-            INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, released_at, permit_limit)
-            VALUES (p_key, NULL, v_first, NULL, v_now, 0)
-            ON CONFLICT (key) DO NOTHING;
-            IF FOUND THEN
-                PERFORM lease._first_grant_epoch(p_key, v_first);
-            END IF;
-            -- Made here or by a concurrent first grant: look again.
-            CONTINUE WHEN v_rounds <= 2;
-            EXIT;
-        END IF;
-
         -- 3. The grant, under the key's row lock.
         BEGIN
+            IF NOT v_found THEN
+                -- A shared grant of a key never granted: its row first, free
+                -- and in its shared phase, with the epoch a first grant
+                -- would have had (as lease.set_limit makes a counted key's
+                -- row).  In this subtransaction, so that a denial below (a
+                -- waiting exclusive acquirer's mark, also one of a key whose
+                -- hash collides) takes the row back: nothing written,
+                -- nothing kept locked.  A concurrent first grant's row is
+                -- locked below instead.
+                SELECT lease._next_epoch(f.epoch) INTO v_first FROM lease.epoch_floor AS f;
+                INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, released_at, permit_limit)
+                VALUES (p_key, NULL, v_first, NULL, pg_catalog.clock_timestamp(), 0)
+                ON CONFLICT (key) DO NOTHING;
+                IF FOUND THEN
+                    PERFORM lease._first_grant_epoch(p_key, v_first);
+                END IF;
+            END IF;
             SELECT l.permit_limit, l.owner, l.expires_at
               INTO v_limit, v_holder, v_held_until
               FROM lease.leases AS l
@@ -213,14 +251,8 @@ BEGIN
             ELSIF v_limit IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'PLL01';
             END IF;
-            DELETE FROM lease.permits AS p
-             WHERE p.key = p_key COLLATE pg_catalog."C"
-               AND NOT lease._is_live(p.owner, p.expires_at, v_now);
-            SELECT pg_catalog.count(*),
-                   pg_catalog.count(*) FILTER (WHERE p.owner = p_owner COLLATE pg_catalog."C")
-              INTO v_count, v_epoch
-              FROM lease.permits AS p
-             WHERE p.key = p_key COLLATE pg_catalog."C";
+            SELECT c.live, c.owned INTO v_count, v_epoch
+              FROM lease._count_permits(p_key, p_owner, v_now) AS c;
 
             IF NOT p_shared AND v_limit = 0 THEN
                 -- The exclusive grant of a key in its shared phase: only
@@ -415,9 +447,13 @@ COMMENT ON FUNCTION lease.acquire_shared(text, text, interval, interval) IS
  *     limit are live.  Nobody is fenced by a change of limit.
  *   - A counted key becomes exclusive (limit NULL) only when none of its
  *     permits is live (55006); it is then FREE, its epoch past every permit's.
+ *   - Its permits (or shared grants) are counted as a grant counts them
+ *     (lease._count_permits): a renewal in an open transaction is waited
+ *     for and counted, so no change of kind goes by a live permit.
  *
- * With owners bound to roles (90-owner-binding.sql), only a role that may
- * act for every live holder of the key may change its limit.  On Citus
+ * With owners bound to roles (90-owner-binding.sql), only a superuser or a
+ * member of the database owner's role (lease._may_administer) that may act
+ * for every live holder of the key may change its limit.  On Citus
  * (lease.distribute()) counted keys are not available (0A000).
  */
 CREATE OR REPLACE FUNCTION lease.set_limit(
@@ -443,6 +479,17 @@ BEGIN
         AND lease._is_plain_session()) IS NOT TRUE THEN
         PERFORM lease._validate('set_limit', ARRAY[p_key], p_limit => p_limit);
         PERFORM lease._begin_write('set_limit');
+    END IF;
+    -- With owners bound to roles, a limit is the database owner's to set:
+    -- it makes lease.acquire of the key a permit for every role, so a role
+    -- that may not act for a key's users could otherwise make their next
+    -- exclusive acquire a permit beside one of its own.
+    IF lease._owners_bound() AND NOT lease._may_administer(lease._calling_role()) THEN
+        RAISE EXCEPTION 'pg_lease: only the database owner may set limits while owners are bound to roles'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('%s is neither a superuser nor a member of the database owner''s role.',
+                                             lease._calling_role()),
+                  HINT = 'Ask the database owner to set the limit, or turn the owner binding off with lease.bind_owners(false).';
     END IF;
     IF lease._is_distributed() THEN
         RAISE EXCEPTION 'pg_lease: counted keys are not available on Citus'
@@ -482,6 +529,14 @@ BEGIN
         EXIT;
     END LOOP;
 
+    -- The key's live permits or shared grants, counted as a grant counts
+    -- them (a renewal in an open transaction is waited for and counted);
+    -- when none is left, the key has no permit rows at all.
+    holders := 0;
+    IF v_limit IS NOT NULL THEN
+        SELECT c.live INTO holders FROM lease._count_permits(p_key, NULL, v_now) AS c;
+    END IF;
+
     -- Holders the caller must be able to act for (owners bound).
     IF lease._owners_bound() THEN
         IF lease._is_live(v_owner, v_expires_at, v_now) THEN
@@ -503,10 +558,6 @@ BEGIN
                   HINT = 'Set a limit once the holder has released the key or its grant has lapsed.';
     END IF;
 
-    SELECT pg_catalog.count(*)::integer INTO holders
-      FROM lease.permits AS p
-     WHERE p.key = p_key COLLATE pg_catalog."C"
-       AND lease._is_live(p.owner, p.expires_at, v_now);
     IF v_limit = 0 AND p_limit IS NOT NULL AND holders > 0 THEN
         -- A key in its shared phase becomes counted only with no shared
         -- grant live: a shared grant is not a permit.
@@ -525,8 +576,8 @@ BEGIN
     IF p_limit IS NULL THEN
         IF v_limit IS NOT NULL THEN
             -- Counted -> exclusive: FREE from now on, its epoch (the latest
-            -- permit's) the watermark.
-            DELETE FROM lease.permits AS p WHERE p.key = p_key COLLATE pg_catalog."C";
+            -- permit's) the watermark.  No permit row is left (counted
+            -- above).
             UPDATE lease.leases AS l
                SET permit_limit = NULL, released_at = v_now
              WHERE l.key = p_key COLLATE pg_catalog."C";

@@ -135,6 +135,26 @@ $function$;
 REVOKE ALL ON FUNCTION lease._act_for(text) FROM PUBLIC;
 
 /*
+ * lease._may_administer(role): role is a superuser or a member of the
+ * database owner's role: who may switch the owner binding
+ * (lease.bind_owners), and, while owners are bound, who may set a key's
+ * limit (lease.set_limit, 45-permits.sql), which decides for every role
+ * whether lease.acquire of that key is exclusive.
+ */
+CREATE OR REPLACE FUNCTION lease._may_administer(p_role text)
+    RETURNS boolean
+    LANGUAGE sql
+    STABLE
+RETURN pg_catalog.pg_has_role(
+           p_role,
+           (SELECT d.datdba FROM pg_catalog.pg_database AS d
+             WHERE d.datname = pg_catalog.current_database()),
+           'USAGE')
+    OR COALESCE((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = p_role), false);
+
+REVOKE ALL ON FUNCTION lease._may_administer(text) FROM PUBLIC;
+
+/*
  * lease.bind_owners(enabled): turns the binding on (true) or off (false), or
  * just reports it (NULL, the default); returns whether it is on afterwards.
  * Changing it is for superusers and members of the database owner's role:
@@ -154,12 +174,7 @@ BEGIN
     IF p_enabled IS NULL THEN
         RETURN lease._owners_bound();
     END IF;
-    IF NOT pg_catalog.pg_has_role(
-               v_caller,
-               (SELECT d.datdba FROM pg_catalog.pg_database AS d
-                 WHERE d.datname = pg_catalog.current_database()),
-               'USAGE')
-       AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_caller) THEN
+    IF NOT lease._may_administer(v_caller) THEN
         RAISE EXCEPTION 'pg_lease: only the database owner may change the owner binding'
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = pg_catalog.format('%s is neither a superuser nor a member of the database owner''s role.', v_caller);

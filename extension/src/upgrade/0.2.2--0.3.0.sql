@@ -18,4 +18,9 @@ CREATE TABLE lease.permits (
     CONSTRAINT permits_pkey PRIMARY KEY (key, owner)
 ) WITH (fillfactor = 70);
 
-DROP FUNCTION IF EXISTS lease._acquire_wait(text, text, interval, interval);
+-- CASCADE, as the update from 0.2.0 drops its helpers (0.2.0--0.2.1.sql):
+-- creating a view or a SQL-standard function body that calls a function
+-- needs no EXECUTE on it, so any role could otherwise pin this private
+-- helper and make the update fail (2BP01).  What depends on it could never
+-- run for a role the extension did not let call it; it goes with it.
+DROP FUNCTION IF EXISTS lease._acquire_wait(text, text, interval, interval) CASCADE;

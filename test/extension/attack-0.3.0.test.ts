@@ -215,7 +215,7 @@ async function collidingKeys(q: Queryable): Promise<[string, string]> {
     [prefix],
   );
   assert.equal(rows.length, 1, 'no two keys of 400000 collide: try another prefix');
-  return [rows[0].a as string, rows[0].b as string];
+  return [rows[0]!.a as string, rows[0]!.b as string];
 }
 
 async function untilMarked(q: Queryable, key: string): Promise<void> {
@@ -227,7 +227,7 @@ async function untilMarked(q: Queryable, key: string): Promise<void> {
                          AND mode = 'ExclusiveLock' AND granted) AS marked`,
       [key],
     );
-    if (rows[0].marked) return;
+    if (rows[0]!.marked) return;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   assert.fail(`no exclusive acquirer marked ${key}`);

@@ -142,7 +142,12 @@ export function serverLimits() {
     if (!match) throw new Error(`objects/10-rules.sql: no lease.${name}() returning an integer`);
     return Number(match[1]);
   };
-  return { bytes: limit('_max_bytes'), years: limit('_max_years'), keys: limit('_max_keys') };
+  return {
+    bytes: limit('_max_bytes'),
+    years: limit('_max_years'),
+    keys: limit('_max_keys'),
+    permits: limit('_max_permits'),
+  };
 }
 
 /**
@@ -194,6 +199,9 @@ export function bundleModule(scripts, version = defaultVersion()) {
     '',
     '/** A batch takes at most this many keys (`lease._max_keys()`). */',
     `export const MAX_BATCH_KEYS = ${serverLimits().keys};`,
+    '',
+    '/** A counted key has at most this many permits (`lease._max_permits()`). */',
+    `export const MAX_PERMITS = ${serverLimits().permits};`,
     '',
     '/** The wording of the refusals the client gives too (`lease._message`): format templates. */',
     `export const MESSAGES = ${JSON.stringify(serverMessages(), null, 2)} as const;`,

@@ -37,10 +37,7 @@ import type { AcquiredRow, AcquireMode, ReleaseItem } from './sql/calls.js';
 import { Session } from './sql/session.js';
 import { defaultOwner } from './owner.js';
 import { MAX_BATCH_KEYS } from './sql/statements.js';
-
-/** Most permits a counted key may have (the server's `lease._max_permits()`). */
-const MAX_PERMITS = 1000;
-import { illFormedText, validateInput } from './validation.js';
+import { illFormedText, limitViolation, validateInput } from './validation.js';
 import { Waiting, type WaitingOptions } from './wait.js';
 
 /**
@@ -761,8 +758,8 @@ function violation(rule: string, entries: string[]): string[] {
 function acquireModeOf(options: AcquireOptions): AcquireMode {
   const { limit, shared } = options;
   const violations: string[] = [];
-  if (limit !== undefined && !(Number.isInteger(limit) && limit >= 1 && limit <= MAX_PERMITS))
-    violations.push(`limit must be a whole number from 1 to ${MAX_PERMITS}, got ${String(limit)}`);
+  const badLimit = limitViolation(limit);
+  if (badLimit !== undefined) violations.push(badLimit);
   if (shared !== undefined && typeof shared !== 'boolean')
     violations.push(`shared must be true or false, got ${String(shared)}`);
   if (limit !== undefined && shared === true)

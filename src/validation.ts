@@ -15,7 +15,7 @@
  */
 import { parseIntervalFields, toMicroseconds, type Duration } from './duration.js';
 import { LeaseInvalidInputError } from './errors.js';
-import { MAX_BYTES, MAX_YEARS, MESSAGES } from './generated/sql.js';
+import { MAX_BYTES, MAX_PERMITS, MAX_YEARS, MESSAGES } from './generated/sql.js';
 
 /** Which API function the input is for; it decides which parameters apply, as on the server. */
 export type LeaseFunction = 'acquire' | 'renew' | 'release' | 'inspect';
@@ -265,4 +265,16 @@ export function illFormedText(name: string, value: string): string | undefined {
 /** pg_lease reads "positive" as: no field negative (see `lease._has_negative_field`). */
 function hasNegativeField(fields: { months: number; days: number; microseconds: number }): boolean {
   return fields.months < 0 || fields.days < 0 || fields.microseconds < 0;
+}
+
+/**
+ * Why `limit` cannot be a counted key's limit (SEMANTICS §13: a whole number from 1 to the
+ * server's `lease._max_permits()`), or undefined when it can; the client's and the CLI's one
+ * check, naming the value as given.
+ */
+export function limitViolation(limit: unknown): string | undefined {
+  if (limit === undefined) return undefined;
+  if (typeof limit === 'number' && Number.isInteger(limit) && limit >= 1 && limit <= MAX_PERMITS)
+    return undefined;
+  return `limit must be a whole number from 1 to ${MAX_PERMITS}, got ${typeof limit === 'string' ? JSON.stringify(limit) : String(limit)}`;
 }

@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { LeaseAbortedError, LeaseInvalidInputError, LeaseTimeoutError } from '../errors.js';
-import { checkDuration } from '../validation.js';
+import { checkDuration, limitViolation } from '../validation.js';
 import { openLeaseClient, parseCommand, print, required, warn } from './common.js';
 import { printFailure } from './errors.js';
 import { ExecReporter, failureOf } from './exec-events.js';
@@ -284,12 +284,10 @@ function limitOf(text: string | undefined, shared: boolean): number | undefined 
     throw new UsageError(
       '--limit and --shared cannot be combined: a counted key takes no shared grants',
     );
-  const limit = Number(text);
-  if (!/^\d+$/.test(text) || limit < 1 || limit > 1000)
-    throw new LeaseInvalidInputError(
-      `limit must be a whole number from 1 to 1000, got ${JSON.stringify(text)}`,
-    );
-  return limit;
+  const limit = /^\d+$/.test(text) ? Number(text) : text;
+  const violation = limitViolation(limit);
+  if (violation !== undefined) throw new LeaseInvalidInputError(violation);
+  return limit as number;
 }
 
 /** Why a key was not granted at once, by kind of grant. */

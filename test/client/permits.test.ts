@@ -16,6 +16,7 @@ import {
   type Lease,
   type LeaseClientOptions,
 } from '../../src/index.js';
+import { MAX_PERMITS } from '../../src/generated/sql.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
@@ -279,6 +280,22 @@ describe('input and the batched paths', { concurrency: true }, () => {
       );
       assert.equal(await admin.inspect(key), null, 'nothing was written');
     }
+  });
+
+  test("the largest limit is the server's: the client sends MAX_PERMITS and refuses one more, as the server does", async () => {
+    const client = clientOf();
+    const key = uniqueKey('permits-max');
+    const permit = (await client.acquire(key, { ttl: '1 min', limit: MAX_PERMITS }))!;
+    assert.equal((await admin.holders(key)).length, 1);
+    await permit.release();
+    await assert.rejects(client.acquire(key, { ttl: '1 min', limit: MAX_PERMITS + 1 }), {
+      name: 'LeaseInvalidInputError',
+      detail: `limit must be a whole number from 1 to ${MAX_PERMITS}, got ${MAX_PERMITS + 1}`,
+    });
+    await assert.rejects(
+      db.pool.query('SELECT lease.set_limit($1, $2)', [uniqueKey('permits-max'), MAX_PERMITS + 1]),
+      { code: '22023', detail: new RegExp(`limit must be NULL or from 1 to ${MAX_PERMITS}`) },
+    );
   });
 
   test('a limit on a key held exclusively is refused by the server, nothing changed', async () => {

@@ -332,6 +332,50 @@ describe('4. with owners bound, a role cannot make the exclusive key of another 
   });
 });
 
+describe('5. a key or owner with a double quote is shown with it doubled in every message', () => {
+  /*
+   * The attack: set_limit, acquire_shared and the owner binding named a key or owner in
+   * double quotes without doubling a quote inside (fence and acquire's timeout did), so a key
+   * such as `a" is held exclusively ... "b` could end its quotes early and make a message read
+   * as one about another key. Every message now quotes through lease._quoted.
+   */
+  test('set_limit, acquire_shared, a stale permit fence, a timed-out acquire and the owner binding', async () => {
+    const q = (text: string) => `"${text.replaceAll('"', '""')}"`;
+    const held = `${uniqueKey('quote')}" is free, "x`;
+    assert.equal((await acquire(db.pool, held, 'w', '1 minute')).acquired, true);
+    let error = await pgError(db.pool.query('SELECT lease.set_limit($1, 2)', [held]));
+    assert.equal(error.message, `pg_lease: key ${q(held)} is held exclusively`);
+    error = await pgError(
+      db.pool.query(`SELECT lease.acquire($1, 'x', '1 minute', '10 milliseconds')`, [held]),
+    );
+    assert.equal(error.detail, `key ${q(held)} was still held after waiting 00:00:00.01`);
+
+    const counted = `${uniqueKey('quote')}"-counted`;
+    await db.pool.query('SELECT lease.set_limit($1, 2)', [counted]);
+    error = await pgError(shared(db.pool, counted, 'r', '1 minute'));
+    assert.equal(error.message, `pg_lease: key ${q(counted)} is a counted key`);
+    const permit = await acquire(db.pool, counted, 'p', '1 minute');
+    error = await pgError(db.pool.query('SELECT lease.set_limit($1, NULL)', [counted]));
+    assert.equal(error.message, `pg_lease: key ${q(counted)} still has live permits`);
+    error = await pgError(db.pool.query('SELECT lease.fence($1, $2)', [counted, String(permit.epoch! + 5n)]));
+    assert.ok(error.detail?.startsWith(`key ${q(counted)}: epoch`), error.detail);
+
+    const role = await createRole(db);
+    const owner = `no"body/${uniqueKey('quote')}`;
+    await db.pool.query('SELECT lease.bind_owners(true)');
+    try {
+      const r = await role.connect();
+      error = await pgError(acquire(r, uniqueKey('quote'), owner, '1 minute'));
+      assert.equal(error.code, '42501');
+      assert.equal(error.message, `pg_lease: owner ${q(owner)} is not bound to role ${role.name}`);
+      assert.match(error.detail ?? '', /^Owners are bound to roles: owner "no""body\//);
+    } finally {
+      await db.pool.query('SELECT lease.bind_owners(false)');
+      await role.drop();
+    }
+  });
+});
+
 describe('kept from attacks that found nothing', () => {
   test('a waiting exclusive acquirer cancelled by statement_timeout and rolled back to a savepoint leaves no mark while its transaction stays open', async () => {
     await using iso = await Isolation.open(db.url, ['s1']);

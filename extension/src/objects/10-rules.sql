@@ -8,6 +8,7 @@
  *   lease._refusal_of     why a renew, release or epoch check does not match (I8)
  *   lease._validate       every input check of every call, scalar or array (§3)
  *   lease._message        the wording of the refusals the client gives too
+ *   lease._quoted         a key or owner as a message shows it
  *   lease._begin_write    the transaction a write may run in (§5)
  *
  * The small ones are SQL-standard functions: PostgreSQL binds their bodies
@@ -95,6 +96,21 @@ RETURN CASE p_id
 END;
 
 REVOKE ALL ON FUNCTION lease._message(text) FROM PUBLIC;
+
+/*
+ * lease._quoted(text): a key or owner as every message and notice shows it,
+ * in double quotes, a double quote inside doubled, so that no key can end
+ * the quotes early and pass for another.  Under COLLATE "C": the text
+ * carries the caller's collation, and before PostgreSQL 18 replace()
+ * refuses a nondeterministic one.
+ */
+CREATE OR REPLACE FUNCTION lease._quoted(p_text text)
+    RETURNS text
+    LANGUAGE sql
+    IMMUTABLE PARALLEL SAFE
+RETURN '"' || pg_catalog.replace(p_text COLLATE pg_catalog."C", '"', '""') || '"';
+
+REVOKE ALL ON FUNCTION lease._quoted(text) FROM PUBLIC;
 
 /*
  * lease._is_live(owner, expires_at, at): the row's grant holds at server

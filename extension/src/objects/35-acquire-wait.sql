@@ -114,9 +114,9 @@ BEGIN
             IF v_slept THEN
                 -- The client may have gone while this call slept: probe
                 -- twice before the grant can commit (see above).
-                RAISE NOTICE 'pg_lease: "%" is free, granting it', p_key;
+                RAISE NOTICE 'pg_lease: % is free, granting it', lease._quoted(p_key);
                 PERFORM pg_catalog.pg_sleep(0.002);
-                RAISE NOTICE 'pg_lease: granted "%" after waiting', p_key;
+                RAISE NOTICE 'pg_lease: granted % after waiting', lease._quoted(p_key);
                 PERFORM pg_catalog.pg_sleep(0);
             END IF;
             RETURN NEXT;
@@ -170,7 +170,7 @@ BEGIN
         END IF;
 
         IF v_probe AND v_now >= v_next_probe THEN
-            RAISE NOTICE 'pg_lease: still waiting for "%"', p_key;
+            RAISE NOTICE 'pg_lease: still waiting for %', lease._quoted(p_key);
             v_next_probe := v_now + c_probe_every;
         END IF;
 
@@ -181,20 +181,18 @@ BEGIN
 
     -- The last attempt says why: the key was held by another owner, or its
     -- row was locked by a transaction that had not ended (in practice an
-    -- acquire that has not committed yet).  The key is quoted under COLLATE
-    -- "C": before PostgreSQL 18 replace() refuses the caller's collation when
-    -- it is nondeterministic.
+    -- acquire that has not committed yet).
     IF v_locked THEN
         RAISE EXCEPTION 'pg_lease: acquire timed out'
             USING ERRCODE = 'query_canceled',
-                  DETAIL = pg_catalog.format('key "%s" was still locked by another transaction after waiting %s',
-                                             pg_catalog.replace(p_key COLLATE pg_catalog."C", '"', '""'), p_wait),
+                  DETAIL = pg_catalog.format('key %s was still locked by another transaction after waiting %s',
+                                             lease._quoted(p_key), p_wait),
                   HINT = 'A transaction that is changing this key, typically an uncommitted acquire, has not ended.';
     END IF;
     RAISE EXCEPTION 'pg_lease: acquire timed out'
         USING ERRCODE = 'query_canceled',
-              DETAIL = pg_catalog.format('key "%s" was still held after waiting %s',
-                                         pg_catalog.replace(p_key COLLATE pg_catalog."C", '"', '""'), p_wait),
+              DETAIL = pg_catalog.format('key %s was still held after waiting %s',
+                                         lease._quoted(p_key), p_wait),
               HINT = 'lease.inspect(key) shows the current holder and its expiry.';
 END;
 $function$;

@@ -140,7 +140,7 @@ BEGIN
          WHERE l.key = p_key COLLATE pg_catalog."C";
         v_found := FOUND;
         IF p_shared AND v_limit > 0 THEN
-            RAISE EXCEPTION 'pg_lease: key "%" is a counted key', p_key COLLATE pg_catalog."C"
+            RAISE EXCEPTION 'pg_lease: key % is a counted key', lease._quoted(p_key)
                 USING ERRCODE = 'feature_not_supported',
                       DETAIL = 'A counted key takes no shared grants.',
                       HINT = 'Acquire one of its permits with lease.acquire, or make it exclusive with lease.set_limit(key, NULL).';
@@ -552,7 +552,7 @@ BEGIN
     END IF;
 
     IF v_limit IS NULL AND p_limit IS NOT NULL AND lease._is_live(v_owner, v_expires_at, v_now) THEN
-        RAISE EXCEPTION 'pg_lease: key "%" is held exclusively', p_key COLLATE pg_catalog."C"
+        RAISE EXCEPTION 'pg_lease: key % is held exclusively', lease._quoted(p_key)
             USING ERRCODE = 'object_in_use',
                   DETAIL = pg_catalog.format('An exclusive grant holds it until %s.', v_expires_at),
                   HINT = 'Set a limit once the holder has released the key or its grant has lapsed.';
@@ -561,13 +561,13 @@ BEGIN
     IF v_limit = 0 AND p_limit IS NOT NULL AND holders > 0 THEN
         -- A key in its shared phase becomes counted only with no shared
         -- grant live: a shared grant is not a permit.
-        RAISE EXCEPTION 'pg_lease: key "%" has live shared grants', p_key COLLATE pg_catalog."C"
+        RAISE EXCEPTION 'pg_lease: key % has live shared grants', lease._quoted(p_key)
             USING ERRCODE = 'object_in_use',
                   DETAIL = pg_catalog.format('%s shared grants are live.', holders),
                   HINT = 'Set a limit once every shared grant has been released or has lapsed.';
     END IF;
     IF p_limit IS NULL AND holders > 0 THEN
-        RAISE EXCEPTION 'pg_lease: key "%" still has live permits', p_key COLLATE pg_catalog."C"
+        RAISE EXCEPTION 'pg_lease: key % still has live permits', lease._quoted(p_key)
             USING ERRCODE = 'object_in_use',
                   DETAIL = pg_catalog.format('%s permits are live.', holders),
                   HINT = 'Make it exclusive once every permit has been released or has lapsed.';
@@ -728,8 +728,8 @@ BEGIN
 
     RAISE EXCEPTION 'pg_lease: stale epoch'
         USING ERRCODE = 'PLF01',
-              DETAIL = pg_catalog.format('key "%s": epoch %s presented, but %s',
-                  pg_catalog.replace(p_key COLLATE pg_catalog."C", '"', '""'), p_epoch,
+              DETAIL = pg_catalog.format('key %s: epoch %s presented, but %s',
+                  lease._quoted(p_key), p_epoch,
                   CASE WHEN v_found THEN 'the permit of that epoch lapsed'
                        ELSE 'no permit or shared grant of the key has that epoch now' END),
               HINT = 'The grant of that epoch is over or never was: stop writing for it, and acquire the key again for a new epoch.';

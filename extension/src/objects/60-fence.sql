@@ -124,13 +124,13 @@ BEGIN
                OR NOT lease._is_live(v_owner, v_expires_at, v_now);
     END LOOP;
 
-    -- The key is quoted under COLLATE "C": p_key carries the caller's
-    -- collation, and before PostgreSQL 18 replace() refuses a
-    -- nondeterministic one (0A000 instead of PLF01).
+    -- lease._quoted reads the key under COLLATE "C": with a nondeterministic
+    -- collation of the caller's, replace() would raise 0A000 instead of PLF01
+    -- before PostgreSQL 18.
     RAISE EXCEPTION 'pg_lease: stale epoch'
         USING ERRCODE = 'PLF01',
-              DETAIL = pg_catalog.format('key "%s": epoch %s presented, but %s',
-                  pg_catalog.replace(p_key COLLATE pg_catalog."C", '"', '""'), p_epoch,
+              DETAIL = pg_catalog.format('key %s: epoch %s presented, but %s',
+                  lease._quoted(p_key), p_epoch,
                   CASE
                       WHEN NOT v_found THEN
                           'the key was never granted'

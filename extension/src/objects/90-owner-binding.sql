@@ -121,11 +121,11 @@ CREATE OR REPLACE FUNCTION lease._act_for(p_owner text)
 AS $function$
 BEGIN
     IF p_owner IS NOT NULL AND NOT lease._may_act_for(p_owner) THEN
-        RAISE EXCEPTION 'pg_lease: owner "%" is not bound to role %', p_owner, lease._calling_role()
+        RAISE EXCEPTION 'pg_lease: owner % is not bound to role %', lease._quoted(p_owner), lease._calling_role()
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = pg_catalog.format(
-                      'Owners are bound to roles: owner "%s" belongs to role "%s", of which %s is not a member.',
-                      p_owner, pg_catalog.split_part(p_owner COLLATE pg_catalog."C", '/', 1),
+                      'Owners are bound to roles: owner %s belongs to role "%s", of which %s is not a member.',
+                      lease._quoted(p_owner), pg_catalog.split_part(p_owner COLLATE pg_catalog."C", '/', 1),
                       lease._calling_role()),
                   HINT = 'Use an owner of the form <role>/<name> for a role you are a member of.';
     END IF;

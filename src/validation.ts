@@ -10,7 +10,8 @@
  * that is a bare number other than 0 has no unit and is refused, because PostgreSQL would read
  * it as seconds where a number means milliseconds; text that is not an interval is reported as
  * unreadable; an epoch must fit PostgreSQL's bigint; a keepAlive interval must be shorter than
- * the ttl; text (a key, an owner, a prefix) is well-formed Unicode ({@link illFormedText}).
+ * the ttl; text (a key, an owner, a prefix) is well-formed Unicode without U+0000
+ * ({@link illFormedText}).
  * These DETAILs name the value, since the server never sees it.
  */
 import { parseIntervalFields, toMicroseconds, type Duration } from './duration.js';
@@ -245,16 +246,22 @@ const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 
 /**
  * The client's one rule for the text it sends (keys, owners, a list prefix, a fenced key):
- * well-formed Unicode. The server takes UTF-8, and a string holding a lone UTF-16 surrogate has
- * none: node-postgres would send each lone surrogate as U+FFFD, so `'job-\uD800'` and
- * `'job-\uD801'` would be one key on the server. The server never sees such a string, so the
- * DETAIL is the client's own (as for its duration rules), naming the argument and the index of
- * its first lone surrogate; `undefined` for well-formed text.
+ * well-formed Unicode without U+0000. The server takes UTF-8, and a string holding a lone UTF-16
+ * surrogate has none: node-postgres would send each lone surrogate as U+FFFD, so `'job-\uD800'`
+ * and `'job-\uD801'` would be one key on the server. PostgreSQL's text holds no NUL character,
+ * so a string with one would come back as the server's 22021 instead of invalid input. The
+ * server never sees such a string, so the DETAIL is the client's own (as for its duration
+ * rules), naming the argument and the index of the first offending character; `undefined` for
+ * text that can be sent.
  *
  * @example
  * illFormedText('key', 'job-\uD800'); // 'key must be well-formed Unicode: lone surrogate U+D800 at index 4'
+ * illFormedText('key', 'job\0'); // 'key must not contain U+0000 (PostgreSQL text holds none): at index 3'
  */
 export function illFormedText(name: string, value: string): string | undefined {
+  const nul = value.indexOf('\0');
+  if (nul !== -1)
+    return `${name} must not contain U+0000 (PostgreSQL text holds none): at index ${nul}`;
   // String.prototype.isWellFormed: Node.js 20 and later (ES2024, not in the compiled lib).
   if ((value as string & { isWellFormed(): boolean }).isWellFormed()) return undefined;
   const at = LONE_SURROGATE.exec(value)!.index;

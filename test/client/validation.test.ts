@@ -532,6 +532,28 @@ describe('text that is not well-formed Unicode is invalid input', () => {
       (c) => new Election(c, 'leader', { ttl: '3s', identity: LONE }).campaign(),
       'owner must be well-formed Unicode: lone surrogate U+D800 at index 4',
     ],
+    // PostgreSQL's text holds no NUL: the server would answer 22021, not invalid input.
+    [
+      'acquire: a NUL in the key and in the owner',
+      (c) => c.acquire('job\0', { ttl: '30s', owner: '\0worker' }),
+      'key must not contain U+0000 (PostgreSQL text holds none): at index 3; ' +
+        'owner must not contain U+0000 (PostgreSQL text holds none): at index 0',
+    ],
+    [
+      'acquireMany: a NUL in a key',
+      (c) => c.acquireMany(['fine', 'a\0b'], { ttl: '30s', owner: 'o' }),
+      'keys[1] must not contain U+0000 (PostgreSQL text holds none): at index 1',
+    ],
+    [
+      'list: a NUL in the prefix',
+      (c) => c.list({ prefix: 'jobs/\0' }),
+      'prefix must not contain U+0000 (PostgreSQL text holds none): at index 5',
+    ],
+    [
+      'fenced: a NUL in the key',
+      (c) => c.fenced({ key: '\0', epoch: 1n }, () => assert.fail('ran')),
+      'key must not contain U+0000 (PostgreSQL text holds none): at index 0',
+    ],
   ];
   for (const [name, call, detail] of entries)
     test(`${name}: refused before anything is sent`, async () => {

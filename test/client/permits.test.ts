@@ -50,6 +50,43 @@ async function watched(key: string): Promise<boolean> {
   return rows[0]?.watched === true;
 }
 
+/**
+ * Readers that overlap, until `stop` aborts or `forMs` has passed: each acquires the key shared
+ * before the one before it releases (two owners taking turns) and holds it about `holdMs`.
+ * Counts its grants and denials; `running` is false once it has ended.
+ */
+function readerStream(
+  client: LeaseClient,
+  key: string,
+  holdMs: number,
+  forMs: number,
+  stop: AbortSignal,
+) {
+  const stream = { granted: 0, denied: 0, running: true, done: Promise.resolve() };
+  const endAt = performance.now() + forMs;
+  stream.done = (async () => {
+    let previous: Lease | null = null;
+    try {
+      for (let n = 0; !stop.aborted && performance.now() < endAt; n++) {
+        const lease = await client.acquire(key, {
+          ttl: '1 min',
+          shared: true,
+          owner: `${key}-reader-${n % 2}`,
+        });
+        if (lease) stream.granted++;
+        else stream.denied++;
+        await sleep(holdMs / 2);
+        await previous?.release();
+        previous = lease;
+      }
+    } finally {
+      stream.running = false;
+      await previous?.release();
+    }
+  })();
+  return stream;
+}
+
 describe('counted keys through the client', { concurrency: true }, () => {
   test('N+1 concurrent acquires of an N-permit key grant exactly N permits', async () => {
     const key = uniqueKey('permits-n-plus-1');
@@ -234,6 +271,28 @@ describe('shared grants through the client', { concurrency: true }, () => {
     assert.ok(performance.now() - writerReleasedAt < 8_000);
     assert.ok(reader.epoch > writer.epoch);
     await reader.release();
+  });
+
+  test('a waiting writer is not starved by a stream of overlapping readers (§13)', async () => {
+    const key = uniqueKey('shared-stream-writer');
+    const stop = new AbortController();
+    // Longer than the writer's wait: the stream alone never leaves the key free.
+    const stream = readerStream(clientOf(), key, 300, 25_000, stop.signal);
+    try {
+      await waitFor('the readers hold the key', () => stream.granted >= 2);
+      const writer = await clientOf().acquire(key, { ttl: '1 min', wait: '10s' });
+      assert.ok(writer);
+      assert.equal(stream.running, true, 'granted while the readers were still trying');
+      const granted = stream.granted;
+      const denied = stream.denied;
+      await waitFor('the readers try again', () => stream.denied >= denied + 2);
+      assert.equal(stream.granted, granted, 'no reader is granted beside the writer');
+      assert.equal((await admin.inspect(key))?.owner, writer.owner, 'held exclusively');
+      assert.equal(await writer.release(), 'ok');
+    } finally {
+      stop.abort();
+      await stream.done;
+    }
   });
 
   test('a shared holder asking exclusively is denied, its grant untouched', async () => {

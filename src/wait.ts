@@ -19,13 +19,22 @@
  *
  * Within one client, waiters of the same key take turns in arrival order: only the first one
  * listens and tries, so a release wakes one attempt per client instead of a herd.
+ *
+ * An exclusive waiter whose attempt found the key held by many (its shared phase, SEMANTICS
+ * §13) waits in the server instead: its next attempts are lease.acquire with `wait`, one
+ * statement per slice of its wait, during which the server marks the key so that no new
+ * shared grant is made; otherwise a stream of overlapping readers, each granted before the
+ * one before it releases, would keep it out for all of its wait. A slice holds a pooled
+ * connection while it waits; the caller's abort and the deadline cancel it on the server, and
+ * its end (timeout, cancel, failure) ends its transaction and with it the mark. A client on
+ * one dedicated connection does not wait in the server: that would hold up all of its calls.
  */
 import { performance } from 'node:perf_hooks';
 import type { Duration } from './duration.js';
 import { LeaseAbortedError, LeaseTimeoutError } from './errors.js';
 import { MAX_TIMER_MS, type KeepAliveOptions } from './keeper.js';
 import { Lease, type LeaseCalls } from './lease.js';
-import type { AcquireMode, Follow, HolderState, ObservedState } from './sql/calls.js';
+import type { AcquiredRow, AcquireMode, Follow, HolderState, ObservedState } from './sql/calls.js';
 import type { Notifier } from './sql/listener.js';
 import type { Session } from './sql/session.js';
 import { optionMs } from './validation.js';
@@ -35,6 +44,12 @@ export { NOTIFY_CHANNEL } from './sql/listener.js';
 const DEFAULT_POLL_MS = 50;
 /** How long one `lease.watch` asks for notifications; waiters refresh it at half. */
 const WATCH_MS = 60_000;
+/**
+ * The shortest slice of a wait in the server (see above): a slice also lasts until the shared
+ * grants live when it starts have expired (each slice's end unmarks the key for a moment), and
+ * ends at the caller's deadline.
+ */
+const SERVER_SLICE_MS = 10_000;
 
 /**
  * How waiters of a {@link LeaseClient} learn that a key was released.
@@ -72,10 +87,14 @@ interface AttemptResult {
 
 export type { Follow, HolderState } from './sql/calls.js';
 
-/** One non-blocking attempt, cancelled on the server when `signal` aborts. */
+/**
+ * One attempt, cancelled on the server when `signal` aborts: non-blocking, or with
+ * `serverWaitMs` an exclusive acquire that waits in the server that long.
+ */
 type Attempt = (
   follow: Follow | undefined,
   signal: AbortSignal | undefined,
+  serverWaitMs?: number,
 ) => Promise<AttemptResult>;
 
 /** A key's state as observers get it (LeaseState in client.ts). */
@@ -129,9 +148,13 @@ export class Waiting {
     waitMs: number,
     signal: AbortSignal | undefined,
   ): Promise<Lease | null> {
-    const attempt = (follow: Follow | undefined, attemptSignal: AbortSignal | undefined) =>
-      this.#attempt(request, follow, attemptSignal);
-    if (waitMs > 0) return this.#wait(request.key, waitMs, signal, attempt);
+    const attempt: Attempt = (follow, attemptSignal, serverWaitMs) =>
+      this.#attempt(request, follow, attemptSignal, serverWaitMs);
+    if (waitMs > 0) {
+      // Only an exclusive acquire marks a key in its shared phase (§13), and only on a pool.
+      const inServer = (request.mode ?? 'exclusive') === 'exclusive' && this.#session.pooled;
+      return this.#wait(request.key, waitMs, signal, attempt, inServer);
+    }
     try {
       const { lease } = await attempt(undefined, signal);
       if (!(lease && signal?.aborted)) return lease;
@@ -145,24 +168,29 @@ export class Waiting {
   /**
    * One non-blocking attempt, coalesced with its company when the session coalesces and
    * nothing can cancel it; a denied one with `follow` also reports the holder's state (see
-   * {@link Session.acquire}). A grant that waited long for a row lock between the send and the
-   * answer has less time left than the server granted, counted from the send: the time left
-   * is then measured again from a fresh send, for the handle's deadline.
+   * {@link Session.acquire}). With `serverWaitMs`, an exclusive acquire that waits in the server
+   * (see {@link Session.acquireWaiting}). A grant that waited long (for a row lock, or in the
+   * server) between the send and the answer has less time left than the server granted,
+   * counted from the send: the time left is then measured again from a fresh send, for the
+   * handle's deadline.
    */
   async #attempt(
     request: AcquireRequest,
     follow: Follow | undefined,
     signal: AbortSignal | undefined,
+    serverWaitMs?: number,
   ): Promise<AttemptResult> {
     const { key, owner, ttlMicroseconds } = request;
-    const row = await this.#session.acquire(
-      key,
-      owner,
-      ttlMicroseconds,
-      follow,
-      signal,
-      request.mode,
-    );
+    const row: AcquiredRow & { holder?: HolderState } =
+      serverWaitMs === undefined
+        ? await this.#session.acquire(key, owner, ttlMicroseconds, follow, signal, request.mode)
+        : await this.#session.acquireWaiting(
+            key,
+            owner,
+            ttlMicroseconds,
+            Math.max(1, Math.round(serverWaitMs * 1000)),
+            signal,
+          );
     const receivedAt = performance.now();
     const { sentAt } = row;
     if (!row.acquired) return { lease: null, holder: row.holder, sentAt, receivedAt };
@@ -181,12 +209,14 @@ export class Waiting {
   /**
    * Waits for `key` until `waitMs` has passed: resolves with the lease, rejects with
    * {@link LeaseTimeoutError} at the deadline or {@link LeaseAbortedError} when `signal` aborts.
+   * `inServer`: wait in the server while the key is held by many (see above).
    */
   async #wait(
     key: string,
     waitMs: number,
     signal: AbortSignal | undefined,
     attempt: Attempt,
+    inServer: boolean,
   ): Promise<Lease> {
     const started = performance.now();
     const deadline = started + waitMs;
@@ -198,7 +228,7 @@ export class Waiting {
     this.#queues.set(key, turn);
     try {
       await stop.race(before);
-      return await this.#cycle(key, deadline, waitMs, stop, attempt);
+      return await this.#cycle(key, deadline, waitMs, stop, attempt, inServer);
     } catch (error) {
       throw stop.translate(error, key, waitMs);
     } finally {
@@ -214,6 +244,7 @@ export class Waiting {
     waitMs: number,
     stop: Stop,
     attempt: Attempt,
+    inServer: boolean,
   ): Promise<Lease> {
     const subscription = this.#notifier.subscribe(key);
     // LISTEN (and, the first time, the check that notifications come back) runs while the
@@ -223,22 +254,43 @@ export class Waiting {
     let first = true;
     let answered = false;
     let timedOut: TimeoutCause | undefined;
+    // Set when the last answer said the key is held by many: the next attempt waits in the
+    // server for a slice (with the holder's time left then, which the slice outlasts).
+    let slice: { remainingMs: number } | undefined;
     try {
       for (;;) {
         stop.check();
-        const listening = first ? false : await stop.race(this.#notifier.listen());
+        const sliceMs = slice
+          ? Math.min(
+              deadline - performance.now(),
+              Math.max(SERVER_SLICE_MS, slice.remainingMs + 1_000),
+            )
+          : 0;
+        slice = undefined;
+        const listening = first || sliceMs > 0 ? false : await stop.race(this.#notifier.listen());
         const seen = subscription.generation;
         const watchMs = Math.min(deadline - performance.now() + 1_000, WATCH_MS);
-        const follow: Follow | undefined = first
-          ? undefined
-          : listening
-            ? { watchMicroseconds: Math.max(1, Math.round(watchMs * 1000)) }
-            : { inspect: true };
+        const follow: Follow | undefined =
+          first || sliceMs > 0
+            ? undefined
+            : listening
+              ? { watchMicroseconds: Math.max(1, Math.round(watchMs * 1000)) }
+              : { inspect: true };
         let result: AttemptResult;
         try {
-          result = await attempt(follow, stop.signal);
+          result = await attempt(follow, stop.signal, sliceMs > 0 ? sliceMs : undefined);
           answered = true;
         } catch (error) {
+          if (sliceMs > 0 && !stop.signal.aborted && isServerWaitEnded(error)) {
+            // The slice ran out (the server's acquire timeout), or a statement_timeout or an
+            // administrator's cancel ended it: its transaction, and the mark, ended with it.
+            // A plain attempt tells next what holds the key. A statement_timeout would end
+            // every slice alike: this acquire waits in the client from now on.
+            answered = true;
+            if (!(error instanceof LeaseTimeoutError)) inServer = false;
+            if (performance.now() >= deadline) throw stop.timeout(key, waitMs, 'held');
+            continue;
+          }
           if (!stop.signal.aborted) throw error;
           // Cancelled by the deadline. Say "locked" only when the statement was waiting for
           // another transaction's row lock: on a slow server it may just not have answered.
@@ -266,6 +318,10 @@ export class Waiting {
         let until = deadline;
         const holder = result.holder;
         if (holder && (!holder.found || !holder.held)) continue; // freed meanwhile: try now
+        if (inServer && holder?.many) {
+          slice = { remainingMs: Math.max(0, holder.remainingMs ?? 0) };
+          continue;
+        }
         if (!listening || !holder?.notifies) until = Math.min(until, now + this.#pollMs);
         else until = Math.min(until, result.sentAt + watchMs / 2);
         // The server measured the time left while it answered: somewhere between the send and
@@ -447,6 +503,17 @@ class StopSignal extends Error {
  * waiting for another transaction's row lock; or no attempt had answered at all.
  */
 type TimeoutCause = 'held' | 'locked' | 'unanswered';
+
+/**
+ * Whether a wait in the server ended without an answer of its own: its acquire timed out
+ * (LeaseTimeoutError), or it was cancelled (57014: statement_timeout, or a cancel by someone
+ * other than this client, whose own cancels come with its signal aborted).
+ */
+function isServerWaitEnded(error: unknown): boolean {
+  return (
+    error instanceof LeaseTimeoutError || (error as { code?: unknown } | null)?.code === '57014'
+  );
+}
 
 /**
  * Whether a cancelled statement was waiting for another transaction's row lock. PostgreSQL

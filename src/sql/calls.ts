@@ -53,6 +53,11 @@ export interface HolderState {
    * had the row locked (a fenced one, say), so the waiter polls until the mark stands.
    */
   notifies: boolean;
+  /**
+   * Held by many: shared grants (the key's shared phase, §13) or a counted key's permits. An
+   * exclusive waiter then waits in the server, where it holds new shared grants off.
+   */
+  many: boolean;
   /** Time left on the holder's grant as the server measured it, in milliseconds. */
   remainingMs: number | null;
 }
@@ -120,7 +125,12 @@ export async function acquireOne(
     epoch: string | null;
     expires_ms: number | null;
     remaining_us: number | null;
-    holder?: { held: boolean; notifies: boolean; remaining_us: number | null } | null;
+    holder?: {
+      held: boolean;
+      notifies: boolean;
+      many: boolean;
+      remaining_us: number | null;
+    } | null;
   }>(key, statement, values, signal);
   const row = rows[0]!;
   return {
@@ -137,9 +147,42 @@ export async function acquireOne(
             found: row.holder != null,
             held: row.holder?.held === true,
             notifies: row.holder?.notifies === true,
+            many: row.holder?.many === true,
             remainingMs: msFromUs(row.holder?.remaining_us),
           },
         }),
+  };
+}
+
+/**
+ * An exclusive acquire that waits in the server for up to `waitMicroseconds` (lease.acquire
+ * with `wait`), cancelled on the server when `signal` aborts. While the key is in its shared
+ * phase the server marks it for the statement's transaction: no new shared grant meanwhile
+ * (SEMANTICS §13). Rejects with LeaseTimeoutError when the server's wait runs out. @internal
+ */
+export async function acquireWaiting(
+  wire: Wire,
+  key: string,
+  owner: string,
+  ttlMicroseconds: number,
+  waitMicroseconds: number,
+  signal?: AbortSignal,
+): Promise<AcquiredRow> {
+  const sentAt = performance.now();
+  const rows = await wire.query<{
+    acquired: boolean;
+    epoch: string | null;
+    expires_ms: number | null;
+    remaining_us: number | null;
+  }>(key, STATEMENTS.acquireWaiting, [key, owner, ttlMicroseconds, waitMicroseconds], signal);
+  const row = rows[0]!;
+  return {
+    key,
+    acquired: row.acquired,
+    epoch: row.epoch === null ? null : BigInt(row.epoch),
+    expiresAt: dateFromMs(row.expires_ms),
+    sentAt,
+    remainingMs: msFromUs(row.remaining_us),
   };
 }
 

@@ -9,6 +9,7 @@ import type pg from 'pg';
 import {
   acquireMany,
   acquireOne,
+  acquireWaiting,
   holdersOf,
   inspectOne,
   measureRemaining,
@@ -143,6 +144,25 @@ export class Session {
     return this.#acquirer && follow === undefined && signal === undefined && mode === 'exclusive'
       ? this.#acquirer.submit({ key, owner, ttlMicroseconds })
       : acquireOne(this.#wire, key, owner, ttlMicroseconds, follow, signal, mode);
+  }
+
+  /** See {@link acquireWaiting}: never coalesced, it waits in the server. */
+  acquireWaiting(
+    key: string,
+    owner: string,
+    ttlMicroseconds: number,
+    waitMicroseconds: number,
+    signal?: AbortSignal,
+  ): Promise<AcquiredRow> {
+    return acquireWaiting(this.#wire, key, owner, ttlMicroseconds, waitMicroseconds, signal);
+  }
+
+  /**
+   * Whether statements run on a pool's connections (else on the one connection the client
+   * was given, where a statement that waits in the server holds up every other call).
+   */
+  get pooled(): boolean {
+    return isPool(this.db);
   }
 
   /** See {@link setLimit}. */

@@ -62,11 +62,12 @@ export function msFromUs(us: number | null | undefined): number | null {
 
 /**
  * A non-blocking acquire, with `follow` columns: the client waits between attempts itself,
- * holding no transaction (see wait.ts), so it never passes the SQL `wait`.
+ * holding no transaction (see wait.ts). `wait` is the SQL `wait` argument: only an exclusive
+ * acquirer of a key in its shared phase passes one (acquireWaiting below).
  */
-function ACQUIRE(follow = '', call = 'lease.acquire'): string {
+function ACQUIRE(follow = '', call = 'lease.acquire', wait = ''): string {
   return `SELECT a.acquired, a.epoch::text AS epoch, ${EXPIRES_MS('a')}, ${REMAINING_US('a')} AS remaining_us${follow}
-       FROM ${call}($1, $2, ${MICROSECONDS('$3')}) AS a`;
+       FROM ${call}($1, $2, ${MICROSECONDS('$3')}${wait}) AS a`;
 }
 
 /**
@@ -77,8 +78,8 @@ function ACQUIRE(follow = '', call = 'lease.acquire'): string {
  */
 function FOLLOW(call: string, notifies: string, remaining = REMAINING_US('i')): string {
   return `, CASE WHEN NOT a.acquired THEN (
-           SELECT pg_catalog.json_build_object('held', i.held, 'notifies', ${notifies}, 'remaining_us',
-                    ${remaining})
+           SELECT pg_catalog.json_build_object('held', i.held, 'notifies', ${notifies}, 'many',
+                    i.held AND i.owner IS NULL, 'remaining_us', ${remaining})
              FROM ${call} AS i) END AS holder`;
 }
 
@@ -108,6 +109,14 @@ export const STATEMENTS = {
   acquirePermitInspecting: statement(
     'acquire_permit_inspecting',
     ACQUIRE(FOLLOW('lease.inspect($1)', 'false', EARLIEST_REMAINING_US)),
+  ),
+  /**
+   * An exclusive acquire that waits in the server for up to $4 microseconds: while the key is
+   * in its shared phase it marks the key, so that no new shared grant is made (§13).
+   */
+  acquireWaiting: statement(
+    'acquire_waiting',
+    ACQUIRE('', 'lease.acquire', `, ${MICROSECONDS('$4')}`),
   ),
   acquireShared: statement('acquire_shared', ACQUIRE('', 'lease.acquire_shared')),
   acquireSharedWatching: statement(

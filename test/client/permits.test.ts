@@ -10,9 +10,11 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import {
+  LeaseAbortedError,
   LeaseClient,
   LeaseInvalidInputError,
   LeaseLostError,
+  LeaseTimeoutError,
   type Lease,
   type LeaseClientOptions,
 } from '../../src/index.js';
@@ -48,6 +50,58 @@ async function watched(key: string): Promise<boolean> {
     [key],
   );
   return rows[0]?.watched === true;
+}
+
+/**
+ * Whether an exclusive waiter marks the key now (§13): the transaction-level advisory lock
+ * lease._mark_exclusive_wait takes, held by a waiting lease.acquire.
+ */
+async function marked(key: string): Promise<boolean> {
+  const { rows } = await db.pool.query<{ marked: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM pg_locks AS l
+                     WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND l.granted
+                       AND l.classid = 1885826149 AND l.objsubid = 2
+                       AND l.objid = pg_catalog.hashtext($1 COLLATE "C")::oid) AS marked`,
+    [key],
+  );
+  return rows[0]!.marked;
+}
+
+/**
+ * Readers that overlap, until `stop` aborts or `forMs` has passed: each acquires the key shared
+ * before the one before it releases (two owners taking turns) and holds it about `holdMs`.
+ * Counts its grants and denials; `running` is false once it has ended.
+ */
+function readerStream(
+  client: LeaseClient,
+  key: string,
+  holdMs: number,
+  forMs: number,
+  stop: AbortSignal,
+) {
+  const stream = { granted: 0, denied: 0, running: true, done: Promise.resolve() };
+  const endAt = performance.now() + forMs;
+  stream.done = (async () => {
+    let previous: Lease | null = null;
+    try {
+      for (let n = 0; !stop.aborted && performance.now() < endAt; n++) {
+        const lease = await client.acquire(key, {
+          ttl: '1 min',
+          shared: true,
+          owner: `${key}-reader-${n % 2}`,
+        });
+        if (lease) stream.granted++;
+        else stream.denied++;
+        await sleep(holdMs / 2);
+        await previous?.release();
+        previous = lease;
+      }
+    } finally {
+      stream.running = false;
+      await previous?.release();
+    }
+  })();
+  return stream;
 }
 
 describe('counted keys through the client', { concurrency: true }, () => {
@@ -234,6 +288,65 @@ describe('shared grants through the client', { concurrency: true }, () => {
     assert.ok(performance.now() - writerReleasedAt < 8_000);
     assert.ok(reader.epoch > writer.epoch);
     await reader.release();
+  });
+
+  test('a waiting writer is not starved by a stream of overlapping readers (§13)', async () => {
+    const key = uniqueKey('shared-stream-writer');
+    const stop = new AbortController();
+    // Longer than the writer's wait: the stream alone never leaves the key free.
+    const stream = readerStream(clientOf(), key, 300, 25_000, stop.signal);
+    try {
+      await waitFor('the readers hold the key', () => stream.granted >= 2);
+      const writer = await clientOf().acquire(key, { ttl: '1 min', wait: '10s' });
+      assert.ok(writer);
+      assert.equal(stream.running, true, 'granted while the readers were still trying');
+      const granted = stream.granted;
+      const denied = stream.denied;
+      await waitFor('the readers try again', () => stream.denied >= denied + 2);
+      assert.equal(stream.granted, granted, 'no reader is granted beside the writer');
+      assert.equal((await admin.inspect(key))?.owner, writer.owner, 'held exclusively');
+      assert.equal(await writer.release(), 'ok');
+    } finally {
+      stop.abort();
+      await stream.done;
+    }
+  });
+
+  test('a writer that gives up while it waits in the server leaves no mark: a reader is granted right after', async () => {
+    const key = uniqueKey('shared-writer-gives-up');
+    const readerClient = clientOf();
+    const first = await readerClient.acquire(key, { ttl: '1 min', shared: true, owner: 'r1' });
+    assert.ok(first);
+    const writerClient = clientOf();
+
+    // Aborted while it waits in the server.
+    const controller = new AbortController();
+    const writing = writerClient.acquire(key, {
+      ttl: '1 min',
+      wait: '1 min',
+      signal: controller.signal,
+    });
+    writing.catch(() => undefined);
+    await waitFor('the writer marks the key', () => marked(key));
+    assert.equal(
+      await readerClient.acquire(key, { ttl: '1 min', shared: true, owner: 'r2' }),
+      null,
+    );
+    controller.abort(new Error('given up'));
+    await assert.rejects(writing, LeaseAbortedError);
+    const second = await readerClient.acquire(key, { ttl: '1 min', shared: true, owner: 'r2' });
+    assert.ok(second, 'a reader is granted right after the abort');
+    assert.equal(await marked(key), false);
+
+    // Timed out while it waits in the server.
+    const timingOut = writerClient.acquire(key, { ttl: '1 min', wait: '2s' });
+    timingOut.catch(() => undefined);
+    await waitFor('the writer marks the key again', () => marked(key));
+    await assert.rejects(timingOut, LeaseTimeoutError);
+    const third = await readerClient.acquire(key, { ttl: '1 min', shared: true, owner: 'r3' });
+    assert.ok(third, 'a reader is granted right after the timeout');
+    assert.equal(await marked(key), false);
+    await Promise.all([first, second, third].map((lease) => lease.release()));
   });
 
   test('a shared holder asking exclusively is denied, its grant untouched', async () => {

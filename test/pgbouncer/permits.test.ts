@@ -2,7 +2,9 @@
  * Counted and shared keys through PgBouncer in transaction mode (SEMANTICS §13): permits and
  * shared grants are single autocommitted statements like every other call; a waiter, which
  * cannot LISTEN here, polls, and still wakes at the earliest permit's expiry rather than the
- * latest one or its poll interval.
+ * latest one or its poll interval; and an exclusive waiter, which waits in the server while
+ * the key is shared (each slice one statement, so one transaction, as the pooler runs it),
+ * is not starved by a stream of overlapping readers.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -123,5 +125,56 @@ describe('counted and shared keys behind PgBouncer in transaction mode', { skip 
     assert.ok(performance.now() - releasedAt < 8_000);
     assert.equal(await bouncedClient().acquire(key, { ttl: '1 min', shared: true }), null);
     await writer.release();
+  });
+
+  test('a waiting writer is not starved by a stream of overlapping readers through the pooler', async () => {
+    const key = uniqueKey('pgbouncer-shared-stream');
+    const readerClient = bouncedClient();
+    let running = true;
+    let granted = 0;
+    let denied = 0;
+    const endAt = performance.now() + 25_000; // longer than the writer's wait
+    const stream = (async () => {
+      let previous: Lease | null = null;
+      try {
+        for (let n = 0; running && performance.now() < endAt; n++) {
+          const lease = await readerClient.acquire(key, {
+            ttl: '1 min',
+            shared: true,
+            owner: `${key}-reader-${n % 2}`,
+          });
+          if (lease) granted++;
+          else denied++;
+          await new Promise((resolve) => setTimeout(resolve, 150));
+          await previous?.release();
+          previous = lease;
+        }
+      } finally {
+        running = false;
+        await previous?.release();
+      }
+    })();
+    try {
+      while (granted < 2) await new Promise((resolve) => setTimeout(resolve, 25));
+      const writer = await bouncedClient({ pollInterval: 200 }).acquire(key, {
+        ttl: '1 min',
+        wait: '10s',
+      });
+      assert.ok(writer);
+      assert.equal(running, true, 'granted while the readers were still trying');
+      const grantedBefore = granted;
+      const deniedBefore = denied;
+      while (denied < deniedBefore + 2) await new Promise((resolve) => setTimeout(resolve, 25));
+      assert.equal(granted, grantedBefore, 'no reader is granted beside the writer');
+      const { rows } = await direct.query<{ owner: string | null }>(
+        'SELECT owner FROM lease.inspect($1)',
+        [key],
+      );
+      assert.equal(rows[0]!.owner, writer.owner);
+      assert.equal(await writer.release(), 'ok');
+    } finally {
+      running = false;
+      await stream;
+    }
   });
 });

@@ -43,8 +43,8 @@ function parts(): { host: string; port: string; user: string; dbname: string } {
 }
 
 /** The test server's Unix socket directory (the first of unix_socket_directories). */
-async function socketDir(): Promise<string> {
-  const { rows } = await db.pool.query<{ dir: string }>(
+async function socketDir(pool: pg.Pool = db.pool): Promise<string> {
+  const { rows } = await pool.query<{ dir: string }>(
     'SELECT split_part(current_setting($1), $2, 1) AS dir',
     ['unix_socket_directories', ','],
   );
@@ -176,9 +176,12 @@ describe("libpq's URL forms (its docs' Connection URIs), as psql takes them", ()
   test('the user given and the socket directory in the query (no host): install, list, exec, also with --json', async () => {
     const bare = await createTestDatabase({ extension: false });
     try {
-      const { user, port } = parts();
-      const dbname = decodeURIComponent(new URL(bare.url).pathname.slice(1));
-      const url = `postgresql://${user}@/${dbname}?host=${await socketDir()}&port=${port}`;
+      // All of it from the bare database's own server: run alone, this file's database and the
+      // bare one are in two throwaway clusters.
+      const { username, port, pathname } = new URL(bare.url);
+      const user = decodeURIComponent(username);
+      const dbname = decodeURIComponent(pathname.slice(1));
+      const url = `postgresql://${user}@/${dbname}?host=${await socketDir(bare.pool)}&port=${port}`;
       const env = pgEnv({});
       const installed = await runCli(['install', '--from-bundle', '--url', url, '--json'], env);
       assert.equal(installed.code, 0, installed.stdout + installed.stderr);

@@ -30,7 +30,11 @@ export function candidateScript(file: string): string {
   for (const name of fs.readdirSync(shipped))
     if (name.endsWith('.sql')) fs.copyFileSync(path.join(shipped, name), path.join(sqlDir, name));
   try {
-    execFileSync('git', ['apply', file], { cwd: scratch, stdio: ['ignore', 'pipe', 'pipe'] });
+    // git runs in the scratch copy: a path relative to the caller's directory must be made absolute.
+    execFileSync('git', ['apply', path.resolve(file)], {
+      cwd: scratch,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
   } catch (error) {
     throw new UsageError(`--candidate ${file} does not apply to extension/sql: ${String(error)}`);
   }

@@ -26,8 +26,11 @@
  * shared grant is made; otherwise a stream of overlapping readers, each granted before the
  * one before it releases, would keep it out for all of its wait. A slice holds a pooled
  * connection while it waits; the caller's abort and the deadline cancel it on the server, and
- * its end (timeout, cancel, failure) ends its transaction and with it the mark. A client on
- * one dedicated connection does not wait in the server: that would hold up all of its calls.
+ * its end (timeout, cancel, failure) ends its transaction and with it the mark. At most half
+ * the pool's connections besides the listening one wait in the server at once (a waiter that
+ * finds them taken waits in the client), so that renewals always find a connection and no
+ * lease lapses for want of one. A client on one dedicated connection does not wait in the
+ * server: that would hold up all of its calls.
  */
 import { performance } from 'node:perf_hooks';
 import type { Duration } from './duration.js';
@@ -121,6 +124,8 @@ export class Waiting {
   readonly #notifier: Notifier;
   readonly #pollMs: number;
   readonly #queues = new Map<string, Promise<void>>();
+  /** Waits in the server now out (at most the session's serverWaitSlots). */
+  #serverWaits = 0;
 
   constructor(session: Session, options: WaitingOptions) {
     this.#session = session;
@@ -152,7 +157,8 @@ export class Waiting {
       this.#attempt(request, follow, attemptSignal, serverWaitMs);
     if (waitMs > 0) {
       // Only an exclusive acquire marks a key in its shared phase (§13), and only on a pool.
-      const inServer = (request.mode ?? 'exclusive') === 'exclusive' && this.#session.pooled;
+      const inServer =
+        (request.mode ?? 'exclusive') === 'exclusive' && this.#session.serverWaitSlots > 0;
       return this.#wait(request.key, waitMs, signal, attempt, inServer);
     }
     try {
@@ -260,6 +266,8 @@ export class Waiting {
     try {
       for (;;) {
         stop.check();
+        // Another waiter of this client may have taken the last slot since: wait in the client.
+        if (slice && this.#serverWaits >= this.#session.serverWaitSlots) slice = undefined;
         const sliceMs = slice
           ? Math.min(
               deadline - performance.now(),
@@ -277,6 +285,7 @@ export class Waiting {
               ? { watchMicroseconds: Math.max(1, Math.round(watchMs * 1000)) }
               : { inspect: true };
         let result: AttemptResult;
+        if (sliceMs > 0) this.#serverWaits++;
         try {
           result = await attempt(follow, stop.signal, sliceMs > 0 ? sliceMs : undefined);
           answered = true;
@@ -297,6 +306,8 @@ export class Waiting {
           if (stop.timedOut)
             timedOut = waitedForRowLock(error) ? 'locked' : answered ? 'held' : 'unanswered';
           throw error;
+        } finally {
+          if (sliceMs > 0) this.#serverWaits--;
         }
         if (result.lease) {
           if (stop.signal.aborted && !stop.timedOut) {
@@ -318,7 +329,7 @@ export class Waiting {
         let until = deadline;
         const holder = result.holder;
         if (holder && (!holder.found || !holder.held)) continue; // freed meanwhile: try now
-        if (inServer && holder?.many) {
+        if (inServer && holder?.many && this.#serverWaits < this.#session.serverWaitSlots) {
           slice = { remainingMs: Math.max(0, holder.remainingMs ?? 0) };
           continue;
         }

@@ -12,6 +12,11 @@ export function isPool(db: pg.Pool | pg.ClientBase): db is pg.Pool {
   return 'totalCount' in db && typeof (db as pg.Pool).connect === 'function';
 }
 
+/** How many connections `pool` opens at most (its `max`, node-postgres' default 10). @internal */
+export function poolSize(pool: pg.Pool): number {
+  return (pool as { options?: { max?: number } }).options?.max ?? 10;
+}
+
 /** The pool a client makes from a connection string, and ends when the client ends. @internal */
 export function openOwnPool(connectionString: string): pg.Pool {
   return new pg.Pool({ connectionString });

@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { poolSize } from './connection.js';
 
 /** The channel releases notify on; the payload is the key. */
 export const NOTIFY_CHANNEL = 'pg_lease';
@@ -74,8 +75,7 @@ export class Notifier {
     this.#pool = pool;
     this.#mode = mode;
     // A pool of one connection would give it to the listener and none to the attempts.
-    const max = (pool as { options?: { max?: number } } | undefined)?.options?.max ?? 10;
-    if (!pool || mode === false || max < 2) this.verdict = false;
+    if (!pool || mode === false || poolSize(pool) < 2) this.verdict = false;
   }
 
   subscribe(key: string): Subscription {

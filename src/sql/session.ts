@@ -34,7 +34,7 @@ import {
   type RenewItem,
 } from './calls.js';
 import { byOwnerAndTtl, Coalescer } from './coalescer.js';
-import { isPool, isRefusedBatch, isRefusedForAKey, openOwnPool } from './connection.js';
+import { isPool, isRefusedBatch, isRefusedForAKey, openOwnPool, poolSize } from './connection.js';
 import { NOTIFY_CHANNEL, Notifier } from './listener.js';
 import { watchPool, Wire } from './wire.js';
 
@@ -158,11 +158,13 @@ export class Session {
   }
 
   /**
-   * Whether statements run on a pool's connections (else on the one connection the client
-   * was given, where a statement that waits in the server holds up every other call).
+   * How many statements that wait in the server (acquireWaiting) may be out at once: half of
+   * the pool's connections besides the listening one, so that renewals and every other call
+   * always find one; none on the one connection a client was given, where such a statement
+   * would hold up every other call.
    */
-  get pooled(): boolean {
-    return isPool(this.db);
+  get serverWaitSlots(): number {
+    return isPool(this.db) ? Math.floor((poolSize(this.db) - 1) / 2) : 0;
   }
 
   /** See {@link setLimit}. */

@@ -349,6 +349,38 @@ describe('shared grants through the client', { concurrency: true }, () => {
     await Promise.all([first, second, third].map((lease) => lease.release()));
   });
 
+  test('writers waiting in the server leave the pool a connection for renewals: a keep-alive lease of the same client lives on', async () => {
+    // A pool of 4: one connection listens, and at most one of the three left waits in the
+    // server; the other writers wait in the client, so renewals always find a connection.
+    const client = clientOf();
+    const readers = clientOf();
+    const keys = [1, 2, 3].map((i) => uniqueKey(`shared-busy-pool-${i}`));
+    const held = await Promise.all(
+      keys.map((key) => readers.acquire(key, { ttl: '1 min', shared: true })),
+    );
+    const lease = (await client.acquire(uniqueKey('busy-pool-lease'), {
+      ttl: '2s',
+      keepAlive: true,
+    }))!;
+    let mostMarked = 0;
+    const writers = Promise.allSettled(
+      keys.map((key) => client.acquire(key, { ttl: '1 min', wait: '5s' })),
+    );
+    let settled = false;
+    void writers.then(() => (settled = true));
+    while (!settled) {
+      const marks = await Promise.all(keys.map((key) => marked(key)));
+      mostMarked = Math.max(mostMarked, marks.filter(Boolean).length);
+      await sleep(100);
+    }
+    for (const result of await writers)
+      assert.ok(result.status === 'rejected' && result.reason instanceof LeaseTimeoutError);
+    assert.equal(lease.signal.aborted, false, String(lease.signal.reason));
+    assert.equal(mostMarked, 1, 'one writer at a time waits in the server');
+    assert.equal(await lease.release(), 'ok');
+    await Promise.all(held.map((grant) => grant!.release()));
+  });
+
   test('a shared holder asking exclusively is denied, its grant untouched', async () => {
     const key = uniqueKey('shared-no-upgrade');
     const client = clientOf();

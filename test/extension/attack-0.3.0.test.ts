@@ -86,14 +86,12 @@ describe('1. set_limit counts a permit renewed in an open transaction, as a gran
         const { s1, s2 } = iso.named;
         const key = uniqueKey(`limit-renew-${c.mode}`);
         let a: Acquired;
-        if (c.mode === 'permit') {
-          await db.pool.query('SELECT lease.set_limit($1, 1)', [key]);
-          a = await acquire(db.pool, key, 'a', '1200 milliseconds');
-        } else {
-          a = await shared(db.pool, key, 'a', '1200 milliseconds');
-        }
-        assert.equal(a.acquired, true);
+        if (c.mode === 'permit') await db.pool.query('SELECT lease.set_limit($1, 1)', [key]);
+        // In its transaction before the grant: the renewal must come before the lapse.
         await s1.query('BEGIN');
+        if (c.mode === 'permit') a = await acquire(db.pool, key, 'a', '2 seconds');
+        else a = await shared(db.pool, key, 'a', '2 seconds');
+        assert.equal(a.acquired, true);
         assert.equal((await s1.run(renewCall(key, 'a', a.epoch, '1 minute'))).status, 'ok');
         await sleepPast(db.pool, a.expiresAt);
         const s2Limit = s2.start(setLimitCall(key, c.limit));
@@ -126,7 +124,7 @@ describe('1b. under REPEATABLE READ, set_limit never answers from a snapshot tha
     await using iso = await Isolation.open(db.url, ['s1']);
     const { s1 } = iso.named;
     const key = uniqueKey('limit-rr');
-    const a = await shared(db.pool, key, 'a', '1200 milliseconds');
+    const a = await shared(db.pool, key, 'a', '2 seconds');
     await s1.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
     await s1.query('SELECT count(*) FROM lease.holders($1)', [key]);
     await db.pool.query('SELECT * FROM lease.renew($1, $2, $3, $4)', [

@@ -288,8 +288,9 @@ describe('races of permits', { concurrency: true }, () => {
       const { s1, s2 } = iso.named;
       const key = uniqueKey('permits-renew-race');
       await setLimit(db.pool, key, 1);
-      const a = await acquire(db.pool, key, 'a', '1200 milliseconds');
+      // In its transaction before the grant: the renewal must come before the lapse.
       await s1.query('BEGIN');
+      const a = await acquire(db.pool, key, 'a', '2 seconds');
       assert.equal((await s1.run(renewCall(key, 'a', a.epoch, '1 minute'))).status, 'ok');
       await sleepPast(db.pool, a.expiresAt);
       const s2Acquire = s2.start(acquireCall(key, 'b', '1 minute'));
@@ -305,9 +306,10 @@ describe('races of permits', { concurrency: true }, () => {
     const { s1, s2, s3 } = iso.named;
     const key = uniqueKey('permits-fence');
     await setLimit(db.pool, key, 2);
-    const a = await acquire(db.pool, key, 'a', '1200 milliseconds');
     const b = await acquire(db.pool, key, 'b', '1 minute');
+    // In its transaction before the grant: the fence must come before the lapse.
     await s1.query('BEGIN');
+    const a = await acquire(db.pool, key, 'a', '2 seconds');
     await s1.run(fenceCall(key, a.epoch));
     await sleepPast(db.pool, a.expiresAt);
     await s3.query('BEGIN');

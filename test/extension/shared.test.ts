@@ -363,8 +363,11 @@ describe('races of shared and exclusive grants', { concurrency: true }, () => {
       await using iso = await Isolation.open(db.url, ['s1', 's2']);
       const { s1, s2 } = iso.named;
       const key = uniqueKey('shared-renew-race');
-      const a = await shared(db.pool, key, 'a', '1200 milliseconds');
+      // The renewal must come before the lapse: the session is open and in its transaction
+      // before the grant, so one round trip lies between them (at load 16 opening the
+      // sessions after the grant took longer than a 1.2 s ttl).
       await s1.query('BEGIN');
+      const a = await shared(db.pool, key, 'a', '2 seconds');
       assert.equal((await s1.run(renewCall(key, 'a', a.epoch, '1 minute'))).status, 'ok');
       await sleepPast(db.pool, a.expiresAt);
       const s2Acquire = s2.start(acquireCall(key, 'w', '1 minute'));

@@ -204,6 +204,23 @@ describe('counted keys through the client', { concurrency: true }, () => {
     await Promise.all([lease.release(), long.release()]);
   });
 
+  test("an exclusive waiter granted a counted key's permit after waiting in the server longer than its ttl holds it for its ttl", async () => {
+    const key = uniqueKey('permits-server-wait-deadline');
+    // The only permit lapses after 4 s; the waiter (no limit: it gets a permit, §13) finds the
+    // key held by many and waits in the server, longer than its own ttl.
+    const permit = await clientOf().acquire(key, { ttl: '4s', limit: 1 });
+    assert.ok(permit);
+    const lease = await clientOf().acquire(key, { ttl: '2s', wait: '30s' });
+    assert.ok(lease);
+    assert.equal(lease.signal.aborted, false, String(lease.signal.reason));
+    assert.ok(lease.remainingMs() > 0, `remainingMs ${lease.remainingMs()}`);
+    assert.deepEqual(
+      (await admin.holders(key)).map((h) => h.epoch),
+      [lease.epoch],
+    );
+    assert.equal(await lease.release(), 'ok');
+  });
+
   test('limit sets the limit, the last caller wins, and shrinking takes no permit away', async () => {
     const key = uniqueKey('permits-limit');
     const client = clientOf();

@@ -241,7 +241,7 @@ export async function measureRemaining(
       owner: string | null;
       epoch: string;
       remaining_us: number | null;
-    }>(key, STATEMENTS.measureDeadline, [key]);
+    }>(key, STATEMENTS.measureDeadline, [key, owner, epoch.toString()]);
     const row = rows[0];
     if (row && row.owner === owner && BigInt(row.epoch) === epoch)
       return { sentAt, remainingMs: row.remaining_us! / 1000 };

@@ -149,10 +149,14 @@ export const STATEMENTS = {
     'inspect',
     'SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at FROM lease.inspect($1) AS i',
   ),
+  /**
+   * The time left on one live grant: lease.holders, which also lists a permit or shared grant
+   * (lease.inspect names no owner for a key held by many, §13).
+   */
   measureDeadline: statement(
     'measure_deadline',
-    `SELECT i.owner, i.epoch::text AS epoch, ${REMAINING_US('i')} AS remaining_us
-       FROM lease.inspect($1) AS i WHERE i.held`,
+    `SELECT h.owner, h.epoch::text AS epoch, ${REMAINING_US('h')} AS remaining_us
+       FROM lease.holders($1) AS h WHERE h.owner = $2 AND h.epoch = $3::bigint`,
   ),
   acquireMany: statement(
     'acquire_many',

@@ -221,6 +221,26 @@ describe('counted keys through the client', { concurrency: true }, () => {
     assert.equal(await lease.release(), 'ok');
   });
 
+  test("an exclusive waiter that waits in the client takes a counted key's earliest permit's place when it lapses", async () => {
+    const key = uniqueKey('permits-exclusive-earliest');
+    const holderClient = clientOf();
+    const long = (await holderClient.acquire(key, { ttl: '3 min', limit: 2 }))!;
+    const short = (await holderClient.acquire(key, { ttl: '2s', limit: 2 }))!;
+    assert.ok(long && short);
+    // A pool of 2 leaves no connection to wait in the server: the waiter (no limit: it gets a
+    // permit, §13) sleeps in the client, and only the earliest permit's expiry wakes it in time.
+    const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+    pool.on('error', () => undefined);
+    pools.push(pool);
+    const waiter = new LeaseClient(pool, { pollInterval: '30s' });
+    const started = performance.now();
+    const lease = await waiter.acquire(key, { ttl: '1 min', wait: '50s' });
+    const waited = performance.now() - started;
+    assert.ok(lease);
+    assert.ok(waited < 12_000, `waited ${Math.round(waited)} ms for a permit lapsing after 2 s`);
+    await Promise.all([lease.release(), long.release()]);
+  });
+
   test('limit sets the limit, the last caller wins, and shrinking takes no permit away', async () => {
     const key = uniqueKey('permits-limit');
     const client = clientOf();

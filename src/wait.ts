@@ -338,10 +338,13 @@ export class Waiting {
         // The server measured the time left while it answered: somewhere between the send and
         // the answer. Aim at the middle; an attempt that arrives early is denied and tells
         // how little is left, one round trip more.
-        if (holder?.remainingMs != null)
+        // A counted key's permit (which an exclusive acquire gets) comes free at the earliest
+        // of its grants' expiries.
+        const remainingMs = holder?.earliestMs ?? holder?.remainingMs;
+        if (remainingMs != null)
           until = Math.min(
             until,
-            (result.sentAt + result.receivedAt) / 2 + Math.max(0, holder.remainingMs),
+            (result.sentAt + result.receivedAt) / 2 + Math.max(0, remainingMs),
           );
         await stop.sleepUntil(until, subscription.changed(seen));
       }

@@ -418,6 +418,34 @@ describe('shared grants through the client', { concurrency: true }, () => {
     await Promise.all(held.map((grant) => grant!.release()));
   });
 
+  test('writers of two clients on one pool waiting in the server leave it a connection for renewals', async () => {
+    // Two clients on one pool of 4: each listens on one connection; if each let one writer
+    // wait in the server, the four would all be taken and a renewal would find none.
+    const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+    pool.on('error', () => undefined);
+    pools.push(pool);
+    const [a, b] = [new LeaseClient(pool), new LeaseClient(pool)];
+    const readers = clientOf();
+    const keys = [1, 2].map((i) => uniqueKey(`shared-shared-pool-${i}`));
+    const held = await Promise.all(
+      keys.map((key) => readers.acquire(key, { ttl: '1 min', shared: true })),
+    );
+    const lease = (await a.acquire(uniqueKey('shared-pool-lease'), {
+      ttl: '2s',
+      keepAlive: true,
+    }))!;
+    const writers = await Promise.allSettled([
+      a.acquire(keys[0]!, { ttl: '1 min', wait: '5s' }),
+      b.acquire(keys[1]!, { ttl: '1 min', wait: '5s' }),
+    ]);
+    for (const result of writers)
+      assert.ok(result.status === 'rejected' && result.reason instanceof LeaseTimeoutError);
+    assert.equal(lease.signal.aborted, false, String(lease.signal.reason));
+    assert.equal(await lease.release(), 'ok');
+    await Promise.all(held.map((grant) => grant!.release()));
+    await Promise.all([a.end(), b.end()]);
+  });
+
   test('a shared holder asking exclusively is denied, its grant untouched', async () => {
     const key = uniqueKey('shared-no-upgrade');
     const client = clientOf();

@@ -27,9 +27,9 @@
  * one before it releases, would keep it out for all of its wait. A slice holds a pooled
  * connection while it waits; the caller's abort and the deadline cancel it on the server, and
  * its end (timeout, cancel, failure) ends its transaction and with it the mark. At most half
- * the pool's connections besides the listening one wait in the server at once (a waiter that
- * finds them taken waits in the client), so that renewals always find a connection and no
- * lease lapses for want of one. A client on one dedicated connection does not wait in the
+ * the pool's connections besides the listening one wait in the server at once, counted for
+ * the pool, of all the clients on it (a waiter that finds them taken waits in the client),
+ * so that renewals always find a connection and no lease lapses for want of one. A client on one dedicated connection does not wait in the
  * server: that would hold up all of its calls.
  */
 import { performance } from 'node:perf_hooks';
@@ -124,12 +124,13 @@ export class Waiting {
   readonly #notifier: Notifier;
   readonly #pollMs: number;
   readonly #queues = new Map<string, Promise<void>>();
-  /** Waits in the server now out (at most the session's serverWaitSlots). */
-  #serverWaits = 0;
+  /** Waits in the server now out on the pool, of every client on it (at most serverWaitSlots). */
+  readonly #serverWaits: { count: number };
 
   constructor(session: Session, options: WaitingOptions) {
     this.#session = session;
     this.#notifier = session.listener;
+    this.#serverWaits = session.serverWaits;
     this.#pollMs =
       options.pollInterval === undefined
         ? DEFAULT_POLL_MS
@@ -267,7 +268,7 @@ export class Waiting {
       for (;;) {
         stop.check();
         // Another waiter of this client may have taken the last slot since: wait in the client.
-        if (slice && this.#serverWaits >= this.#session.serverWaitSlots) slice = undefined;
+        if (slice && this.#serverWaits.count >= this.#session.serverWaitSlots) slice = undefined;
         const sliceMs = slice
           ? Math.min(
               deadline - performance.now(),
@@ -285,7 +286,7 @@ export class Waiting {
               ? { watchMicroseconds: Math.max(1, Math.round(watchMs * 1000)) }
               : { inspect: true };
         let result: AttemptResult;
-        if (sliceMs > 0) this.#serverWaits++;
+        if (sliceMs > 0) this.#serverWaits.count++;
         try {
           result = await attempt(follow, stop.signal, sliceMs > 0 ? sliceMs : undefined);
           answered = true;
@@ -307,7 +308,7 @@ export class Waiting {
             timedOut = waitedForRowLock(error) ? 'locked' : answered ? 'held' : 'unanswered';
           throw error;
         } finally {
-          if (sliceMs > 0) this.#serverWaits--;
+          if (sliceMs > 0) this.#serverWaits.count--;
         }
         if (result.lease) {
           if (stop.signal.aborted && !stop.timedOut) {
@@ -329,7 +330,7 @@ export class Waiting {
         let until = deadline;
         const holder = result.holder;
         if (holder && (!holder.found || !holder.held)) continue; // freed meanwhile: try now
-        if (inServer && holder?.many && this.#serverWaits < this.#session.serverWaitSlots) {
+        if (inServer && holder?.many && this.#serverWaits.count < this.#session.serverWaitSlots) {
           slice = { remainingMs: Math.max(0, holder.remainingMs ?? 0) };
           continue;
         }
@@ -338,10 +339,13 @@ export class Waiting {
         // The server measured the time left while it answered: somewhere between the send and
         // the answer. Aim at the middle; an attempt that arrives early is denied and tells
         // how little is left, one round trip more.
-        if (holder?.remainingMs != null)
+        // A counted key's permit (which an exclusive acquire gets) comes free at the earliest
+        // of its grants' expiries.
+        const remainingMs = holder?.earliestMs ?? holder?.remainingMs;
+        if (remainingMs != null)
           until = Math.min(
             until,
-            (result.sentAt + result.receivedAt) / 2 + Math.max(0, holder.remainingMs),
+            (result.sentAt + result.receivedAt) / 2 + Math.max(0, remainingMs),
           );
         await stop.sleepUntil(until, subscription.changed(seen));
       }

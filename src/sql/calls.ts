@@ -60,6 +60,11 @@ export interface HolderState {
   many: boolean;
   /** Time left on the holder's grant as the server measured it, in milliseconds. */
   remainingMs: number | null;
+  /**
+   * For an exclusive acquire of a key held by many: the time left on its earliest grant, where
+   * a counted key's permit comes free (`remainingMs` is the latest). Absent otherwise.
+   */
+  earliestMs?: number | null;
 }
 
 /** One key's row of lease.acquire_many, with the send time its deadline starts from. @internal */
@@ -130,6 +135,7 @@ export async function acquireOne(
       notifies: boolean;
       many: boolean;
       remaining_us: number | null;
+      earliest_us?: number | null;
     } | null;
   }>(key, statement, values, signal);
   const row = rows[0]!;
@@ -149,6 +155,7 @@ export async function acquireOne(
             notifies: row.holder?.notifies === true,
             many: row.holder?.many === true,
             remainingMs: msFromUs(row.holder?.remaining_us),
+            earliestMs: msFromUs(row.holder?.earliest_us),
           },
         }),
   };
@@ -241,7 +248,7 @@ export async function measureRemaining(
       owner: string | null;
       epoch: string;
       remaining_us: number | null;
-    }>(key, STATEMENTS.measureDeadline, [key]);
+    }>(key, STATEMENTS.measureDeadline, [key, owner, epoch.toString()]);
     const row = rows[0];
     if (row && row.owner === owner && BigInt(row.epoch) === epoch)
       return { sentAt, remainingMs: row.remaining_us! / 1000 };

@@ -53,6 +53,12 @@ export interface SessionOptions {
   onConnectionError(error: Error, connection: 'idle' | 'listening'): void;
 }
 
+/**
+ * The statements waiting in the server now out on each pool, of every client on it: the slots
+ * (see {@link Session.serverWaitSlots}) are the pool's, however many clients share it.
+ */
+const serverWaitsOf = new WeakMap<pg.Pool, { count: number }>();
+
 /** @internal */
 export class Session {
   /** The pool or dedicated connection every statement runs on. */
@@ -65,6 +71,8 @@ export class Session {
   readonly #renewer: Coalescer<RenewItem, RenewCall>;
   readonly #releaser: Coalescer<ReleaseItem, LeaseStatus>;
   readonly #acquirer: Coalescer<AcquireItem, AcquiredRow> | undefined;
+  /** The waits in the server out now on the session's pool, of every client on it. */
+  readonly serverWaits: { count: number } = { count: 0 };
 
   /** @param database a pool or dedicated connection, or a connection string for a pool of the session's own. */
   constructor(database: pg.Pool | pg.ClientBase | string, options: SessionOptions) {
@@ -78,8 +86,12 @@ export class Session {
     // An idle connection that breaks (server restart) is dropped by the pool, which then emits
     // 'error': with no listener that would end the process, also for a pool passed in. The
     // next call opens a new connection, so the error is only reported.
-    if (isPool(this.db))
+    if (isPool(this.db)) {
       this.#unwatchPool = watchPool(this.db, (error) => options.onConnectionError(error, 'idle'));
+      const waits = serverWaitsOf.get(this.db);
+      if (waits) this.serverWaits = waits;
+      else serverWaitsOf.set(this.db, this.serverWaits);
+    }
     this.listener = new Notifier(
       isPool(this.db) ? this.db : undefined,
       options.notifications,
@@ -158,10 +170,11 @@ export class Session {
   }
 
   /**
-   * How many statements that wait in the server (acquireWaiting) may be out at once: half of
-   * the pool's connections besides the listening one, so that renewals and every other call
-   * always find one; none on the one connection a client was given, where such a statement
-   * would hold up every other call.
+   * How many statements that wait in the server (acquireWaiting) may be out at once on the
+   * pool, of all its clients together ({@link serverWaits}): half of the pool's connections
+   * besides the listening one, so that renewals and every other call always find one; none on
+   * the one connection a client was given, where such a statement would hold up every other
+   * call.
    */
   get serverWaitSlots(): number {
     return isPool(this.db) ? Math.floor((poolSize(this.db) - 1) / 2) : 0;

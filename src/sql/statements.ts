@@ -76,10 +76,15 @@ function ACQUIRE(follow = '', call = 'lease.acquire', wait = ''): string {
  * when the key has no row. `call` is lease.watch (which also asks for a notification of the
  * release, and says with `notifies` whether one will come) or lease.inspect.
  */
-function FOLLOW(call: string, notifies: string, remaining = REMAINING_US('i')): string {
+function FOLLOW(
+  call: string,
+  notifies: string,
+  remaining = REMAINING_US('i'),
+  earliest?: string,
+): string {
   return `, CASE WHEN NOT a.acquired THEN (
            SELECT pg_catalog.json_build_object('held', i.held, 'notifies', ${notifies}, 'many',
-                    i.held AND i.owner IS NULL, 'remaining_us', ${remaining})
+                    i.held AND i.owner IS NULL, 'remaining_us', ${remaining}${earliest ? `, 'earliest_us', ${earliest}` : ''})
              FROM ${call} AS i) END AS holder`;
 }
 
@@ -96,11 +101,25 @@ const EARLIEST_REMAINING_US = `pg_catalog.date_part('epoch', CASE WHEN i.held AN
 /** @internal */
 export const STATEMENTS = {
   acquire: statement('acquire', ACQUIRE()),
+  /**
+   * An exclusive acquire. For a key held by many it also reports the earliest grant's time left
+   * (`earliest_us`): a counted key's permit, which it would get, comes free then.
+   */
   acquireWatching: statement(
     'acquire_watching',
-    ACQUIRE(FOLLOW(`lease.watch($1, ${MICROSECONDS('$4')})`, 'i.notifies')),
+    ACQUIRE(
+      FOLLOW(
+        `lease.watch($1, ${MICROSECONDS('$4')})`,
+        'i.notifies',
+        REMAINING_US('i'),
+        EARLIEST_REMAINING_US,
+      ),
+    ),
   ),
-  acquireInspecting: statement('acquire_inspecting', ACQUIRE(FOLLOW('lease.inspect($1)', 'false'))),
+  acquireInspecting: statement(
+    'acquire_inspecting',
+    ACQUIRE(FOLLOW('lease.inspect($1)', 'false', REMAINING_US('i'), EARLIEST_REMAINING_US)),
+  ),
   /** A permit of a counted key (plain lease.acquire), waking at the earliest permit's expiry. */
   acquirePermitWatching: statement(
     'acquire_permit_watching',
@@ -149,10 +168,14 @@ export const STATEMENTS = {
     'inspect',
     'SELECT i.held, i.owner, i.epoch::text AS epoch, i.expires_at FROM lease.inspect($1) AS i',
   ),
+  /**
+   * The time left on one live grant: lease.holders, which also lists a permit or shared grant
+   * (lease.inspect names no owner for a key held by many, §13).
+   */
   measureDeadline: statement(
     'measure_deadline',
-    `SELECT i.owner, i.epoch::text AS epoch, ${REMAINING_US('i')} AS remaining_us
-       FROM lease.inspect($1) AS i WHERE i.held`,
+    `SELECT h.owner, h.epoch::text AS epoch, ${REMAINING_US('h')} AS remaining_us
+       FROM lease.holders($1) AS h WHERE h.owner = $2 AND h.epoch = $3::bigint`,
   ),
   acquireMany: statement(
     'acquire_many',

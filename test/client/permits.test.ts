@@ -204,6 +204,43 @@ describe('counted keys through the client', { concurrency: true }, () => {
     await Promise.all([lease.release(), long.release()]);
   });
 
+  test("an exclusive waiter granted a counted key's permit after waiting in the server longer than its ttl holds it for its ttl", async () => {
+    const key = uniqueKey('permits-server-wait-deadline');
+    // The only permit lapses after 4 s; the waiter (no limit: it gets a permit, §13) finds the
+    // key held by many and waits in the server, longer than its own ttl.
+    const permit = await clientOf().acquire(key, { ttl: '4s', limit: 1 });
+    assert.ok(permit);
+    const lease = await clientOf().acquire(key, { ttl: '2s', wait: '30s' });
+    assert.ok(lease);
+    assert.equal(lease.signal.aborted, false, String(lease.signal.reason));
+    assert.ok(lease.remainingMs() > 0, `remainingMs ${lease.remainingMs()}`);
+    assert.deepEqual(
+      (await admin.holders(key)).map((h) => h.epoch),
+      [lease.epoch],
+    );
+    assert.equal(await lease.release(), 'ok');
+  });
+
+  test("an exclusive waiter that waits in the client takes a counted key's earliest permit's place when it lapses", async () => {
+    const key = uniqueKey('permits-exclusive-earliest');
+    const holderClient = clientOf();
+    const long = (await holderClient.acquire(key, { ttl: '3 min', limit: 2 }))!;
+    const short = (await holderClient.acquire(key, { ttl: '2s', limit: 2 }))!;
+    assert.ok(long && short);
+    // A pool of 2 leaves no connection to wait in the server: the waiter (no limit: it gets a
+    // permit, §13) sleeps in the client, and only the earliest permit's expiry wakes it in time.
+    const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+    pool.on('error', () => undefined);
+    pools.push(pool);
+    const waiter = new LeaseClient(pool, { pollInterval: '30s' });
+    const started = performance.now();
+    const lease = await waiter.acquire(key, { ttl: '1 min', wait: '50s' });
+    const waited = performance.now() - started;
+    assert.ok(lease);
+    assert.ok(waited < 12_000, `waited ${Math.round(waited)} ms for a permit lapsing after 2 s`);
+    await Promise.all([lease.release(), long.release()]);
+  });
+
   test('limit sets the limit, the last caller wins, and shrinking takes no permit away', async () => {
     const key = uniqueKey('permits-limit');
     const client = clientOf();
@@ -379,6 +416,34 @@ describe('shared grants through the client', { concurrency: true }, () => {
     assert.equal(mostMarked, 1, 'one writer at a time waits in the server');
     assert.equal(await lease.release(), 'ok');
     await Promise.all(held.map((grant) => grant!.release()));
+  });
+
+  test('writers of two clients on one pool waiting in the server leave it a connection for renewals', async () => {
+    // Two clients on one pool of 4: each listens on one connection; if each let one writer
+    // wait in the server, the four would all be taken and a renewal would find none.
+    const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+    pool.on('error', () => undefined);
+    pools.push(pool);
+    const [a, b] = [new LeaseClient(pool), new LeaseClient(pool)];
+    const readers = clientOf();
+    const keys = [1, 2].map((i) => uniqueKey(`shared-shared-pool-${i}`));
+    const held = await Promise.all(
+      keys.map((key) => readers.acquire(key, { ttl: '1 min', shared: true })),
+    );
+    const lease = (await a.acquire(uniqueKey('shared-pool-lease'), {
+      ttl: '2s',
+      keepAlive: true,
+    }))!;
+    const writers = await Promise.allSettled([
+      a.acquire(keys[0]!, { ttl: '1 min', wait: '5s' }),
+      b.acquire(keys[1]!, { ttl: '1 min', wait: '5s' }),
+    ]);
+    for (const result of writers)
+      assert.ok(result.status === 'rejected' && result.reason instanceof LeaseTimeoutError);
+    assert.equal(lease.signal.aborted, false, String(lease.signal.reason));
+    assert.equal(await lease.release(), 'ok');
+    await Promise.all(held.map((grant) => grant!.release()));
+    await Promise.all([a.end(), b.end()]);
   });
 
   test('a shared holder asking exclusively is denied, its grant untouched', async () => {

@@ -372,6 +372,20 @@ describe('5. a key or owner with a double quote is shown with it doubled in ever
       await role.drop();
     }
   });
+
+  test("the batches' refusal of counted keys names each key quoted", async () => {
+    // Two counted keys whose list, unquoted, would read as three keys.
+    const a = `${uniqueKey('quote')}, x`;
+    const b = `${uniqueKey('quote')}"-b`;
+    await db.pool.query('SELECT lease.set_limit($1, 2)', [a]);
+    await db.pool.query('SELECT lease.set_limit($1, 2)', [b]);
+    const error = await pgError(
+      db.pool.query('SELECT * FROM lease.acquire_many($1, $2, $3)', [[a, b], 'w', '1 minute']),
+    );
+    assert.equal(error.code, '0A000', error.message);
+    const quoted = [a, b].sort().map((key) => `"${key.replaceAll('"', '""')}"`);
+    assert.equal(error.detail, `Counted keys, or keys in their shared phase: ${quoted.join(', ')}.`);
+  });
 });
 
 describe('kept from attacks that found nothing', () => {

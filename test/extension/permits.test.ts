@@ -223,7 +223,7 @@ describe('counted keys, one call at a time', () => {
         error.message,
         /^pg_lease: (acquire|renew|release)_many does not take counted or shared keys$/,
       );
-      assert.equal(error.detail, `Counted keys, or keys in their shared phase: ${counted}.`);
+      assert.equal(error.detail, `Counted keys, or keys in their shared phase: "${counted}".`);
     }
     assert.equal(await inspect(db.pool, plain), undefined);
     assert.deepEqual(await holders(db.pool, counted), [['a', p.epoch]]);

@@ -222,7 +222,7 @@ describe('shared and exclusive, one call at a time', () => {
       const error = await pgError(db.pool.query(sql, [...values] as unknown[]));
       assert.equal(error.code, '0A000', error.message);
       assert.match(error.message, /does not take counted or shared keys$/);
-      assert.equal(error.detail, `Counted keys, or keys in their shared phase: ${key}.`);
+      assert.equal(error.detail, `Counted keys, or keys in their shared phase: "${key}".`);
     }
     assert.equal(await inspect(db.pool, plain), undefined);
     assert.deepEqual(await holders(db.pool, key), [['a', a.epoch]]);

@@ -751,7 +751,7 @@ AS $function$
 DECLARE
     v_counted text[];
 BEGIN
-    SELECT pg_catalog.array_agg(l.key::text ORDER BY l.key)
+    SELECT pg_catalog.array_agg(lease._quoted(l.key::text) ORDER BY l.key)
       INTO v_counted
       FROM lease.leases AS l
      WHERE l.key = ANY (p_keys::text[] COLLATE pg_catalog."C")

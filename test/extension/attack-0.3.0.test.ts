@@ -12,12 +12,14 @@ import { uniqueKey } from '../support/helpers.js';
 import {
   acquire,
   acquireCall,
+  acquireShared as shared,
+  acquireSharedCall as sharedCall,
+  holders,
+  setLimitCall,
   inspect,
-  micros,
   renewCall,
   sleepPast,
   type Acquired,
-  type Call,
   pgError,
   type Queryable,
 } from '../support/lease-calls.js';
@@ -30,38 +32,6 @@ before(async () => {
   db = await createTestDatabase();
 });
 after(() => db.close());
-
-function sharedCall(key: string, owner: string, ttl: string): Call<Acquired> {
-  return {
-    text: `SELECT acquired, epoch::text AS epoch, ${micros('expires_at')} AS expires_us
-             FROM lease.acquire_shared($1::text, $2::text, $3::interval)`,
-    values: [key, owner, ttl],
-    parse(result) {
-      const row = result.rows[0] as Record<string, string | boolean | null>;
-      return {
-        acquired: row.acquired as boolean,
-        epoch: row.epoch === null ? null : BigInt(row.epoch as string),
-        expiresAt: row.expires_us === null ? null : BigInt(row.expires_us as string),
-      };
-    },
-  };
-}
-
-async function shared(q: Queryable, key: string, owner: string, ttl: string): Promise<Acquired> {
-  const call = sharedCall(key, owner, ttl);
-  return call.parse(await q.query(call.text, call.values));
-}
-
-const setLimitCall = (key: string, limit: number | null) => ({
-  text: 'SELECT permit_limit, holders FROM lease.set_limit($1, $2)',
-  values: [key, limit],
-  parse: (r: pg.QueryResult) => r.rows[0] as { permit_limit: number | null; holders: number },
-});
-
-async function holders(q: Queryable, key: string): Promise<[string, bigint][]> {
-  const { rows } = await q.query('SELECT owner, epoch::text FROM lease.holders($1)', [key]);
-  return (rows as { owner: string; epoch: string }[]).map((r) => [r.owner, BigInt(r.epoch)]);
-}
 
 describe('1. set_limit counts a permit renewed in an open transaction, as a grant does', { concurrency: true }, () => {
   /*

@@ -17,12 +17,15 @@ import { generator } from '../support/history-model.js';
 import {
   acquire,
   acquireCall,
+  holders,
+  setLimitCall,
   inspect,
   pgError,
   release,
   releaseCall,
   renew,
   renewCall,
+  run,
   sleepPast,
   type Queryable,
 } from '../support/lease-calls.js';
@@ -39,24 +42,9 @@ async function setLimit(
   key: string,
   limit: number | null,
 ): Promise<{ limit: number | null; holders: number }> {
-  const { rows } = await q.query('SELECT permit_limit, holders FROM lease.set_limit($1, $2)', [
-    key,
-    limit,
-  ]);
-  const row = rows[0] as { permit_limit: number | null; holders: number };
+  const row = await run(q, setLimitCall(key, limit));
   return { limit: row.permit_limit, holders: row.holders };
 }
-
-async function holders(q: Queryable, key: string): Promise<[string, bigint][]> {
-  const { rows } = await q.query('SELECT owner, epoch::text FROM lease.holders($1)', [key]);
-  return (rows as { owner: string; epoch: string }[]).map((r) => [r.owner, BigInt(r.epoch)]);
-}
-
-const setLimitCall = (key: string, limit: number | null) => ({
-  text: 'SELECT permit_limit, holders FROM lease.set_limit($1, $2)',
-  values: [key, limit],
-  parse: (r: pg.QueryResult) => r.rows[0] as { permit_limit: number | null; holders: number },
-});
 
 describe('counted keys, one call at a time', () => {
   test('limit 3: three owners hold a permit each with fresh epochs, the fourth is denied, the same owner gets its permit back', async () => {

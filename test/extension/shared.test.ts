@@ -16,6 +16,9 @@ import { generator } from '../support/history-model.js';
 import {
   acquire,
   acquireCall,
+  acquireShared as shared,
+  acquireSharedCall as sharedCall,
+  holders,
   inspect,
   micros,
   pgError,
@@ -24,9 +27,6 @@ import {
   renew,
   renewCall,
   sleepPast,
-  type Acquired,
-  type Call,
-  type Queryable,
 } from '../support/lease-calls.js';
 import { Isolation } from '../support/sessions.js';
 
@@ -35,39 +35,6 @@ before(async () => {
   db = await createTestDatabase();
 });
 after(() => db.close());
-
-function sharedCall(key: string, owner: string, ttl: string, wait?: string): Call<Acquired> {
-  return {
-    text:
-      `SELECT acquired, epoch::text AS epoch, ${micros('expires_at')} AS expires_us ` +
-      `FROM lease.acquire_shared($1::text, $2::text, $3::interval${wait ? ', $4::interval' : ''})`,
-    values: wait ? [key, owner, ttl, wait] : [key, owner, ttl],
-    parse(result) {
-      const row = result.rows[0] as Record<string, string | boolean | null>;
-      return {
-        acquired: row.acquired as boolean,
-        epoch: row.epoch === null ? null : BigInt(row.epoch as string),
-        expiresAt: row.expires_us === null ? null : BigInt(row.expires_us as string),
-      };
-    },
-  };
-}
-
-async function shared(
-  q: Queryable,
-  key: string,
-  owner: string,
-  ttl: string,
-  wait?: string,
-): Promise<Acquired> {
-  const call = sharedCall(key, owner, ttl, wait);
-  return call.parse(await q.query(call.text, call.values));
-}
-
-async function holders(q: Queryable, key: string): Promise<[string, bigint][]> {
-  const { rows } = await q.query('SELECT owner, epoch::text FROM lease.holders($1)', [key]);
-  return (rows as { owner: string; epoch: string }[]).map((r) => [r.owner, BigInt(r.epoch)]);
-}
 
 const denied = { acquired: false, epoch: null, expiresAt: null };
 

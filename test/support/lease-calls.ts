@@ -72,20 +72,53 @@ export function acquireCall(
   ttl: string | null,
   wait?: string | null,
 ): Call<Acquired> {
+  return grantCall('lease.acquire', key, owner, ttl, wait);
+}
+
+/** lease.acquire_shared (SEMANTICS §13): a shared grant, answered as lease.acquire answers. */
+export function acquireSharedCall(
+  key: string | null,
+  owner: string | null,
+  ttl: string | null,
+  wait?: string | null,
+): Call<Acquired> {
+  return grantCall('lease.acquire_shared', key, owner, ttl, wait);
+}
+
+function grantCall(
+  fn: 'lease.acquire' | 'lease.acquire_shared',
+  key: string | null,
+  owner: string | null,
+  ttl: string | null,
+  wait?: string | null,
+): Call<Acquired> {
   const withWait = wait !== undefined;
   return {
     text:
       `SELECT acquired, epoch::text AS epoch, ${micros('expires_at')} AS expires_us ` +
-      `FROM lease.acquire($1::text, $2::text, $3::interval${withWait ? ', $4::interval' : ''})`,
+      `FROM ${fn}($1::text, $2::text, $3::interval${withWait ? ', $4::interval' : ''})`,
     values: withWait ? [key, owner, ttl, wait] : [key, owner, ttl],
     parse(result) {
-      const row = oneRow(result, 'lease.acquire');
+      const row = oneRow(result, fn);
       return {
         acquired: row.acquired as boolean,
         epoch: bigintOrNull(row.epoch),
         expiresAt: bigintOrNull(row.expires_us),
       };
     },
+  };
+}
+
+/** lease.set_limit (SEMANTICS §13): the key's limit and live holders afterwards. */
+export function setLimitCall(
+  key: string,
+  limit: number | null,
+): Call<{ permit_limit: number | null; holders: number }> {
+  return {
+    text: 'SELECT permit_limit, holders FROM lease.set_limit($1, $2)',
+    values: [key, limit],
+    parse: (result) =>
+      oneRow(result, 'lease.set_limit') as { permit_limit: number | null; holders: number },
   };
 }
 
@@ -152,6 +185,20 @@ export const acquire = (
   ttl: string | null,
   wait?: string | null,
 ): Promise<Acquired> => run(db, acquireCall(key, owner, ttl, wait));
+
+export const acquireShared = (
+  db: Queryable,
+  key: string | null,
+  owner: string | null,
+  ttl: string | null,
+  wait?: string | null,
+): Promise<Acquired> => run(db, acquireSharedCall(key, owner, ttl, wait));
+
+/** lease.holders: every live grant of a key, [owner, epoch] in the function's order. */
+export async function holders(db: Queryable, key: string): Promise<[string, bigint][]> {
+  const { rows } = await db.query('SELECT owner, epoch::text FROM lease.holders($1)', [key]);
+  return (rows as { owner: string; epoch: string }[]).map((r) => [r.owner, BigInt(r.epoch)]);
+}
 
 export const renew = (
   db: Queryable,

@@ -107,6 +107,26 @@ const ACQUIRE_STATEMENTS: Record<
   },
 };
 
+/** The columns every single acquire statement returns (ACQUIRE in statements.ts). */
+interface AcquireColumns {
+  acquired: boolean;
+  epoch: string | null;
+  expires_ms: number | null;
+  remaining_us: number | null;
+}
+
+/** One acquire's answer, sent at `sentAt`, as the handle is made from it. */
+function acquiredRow(key: string, row: AcquireColumns, sentAt: number): AcquiredRow {
+  return {
+    key,
+    acquired: row.acquired,
+    epoch: row.epoch === null ? null : BigInt(row.epoch),
+    expiresAt: dateFromMs(row.expires_ms),
+    sentAt,
+    remainingMs: msFromUs(row.remaining_us),
+  };
+}
+
 /** One non-blocking acquire; with `follow`, the holder's state after a denied attempt. @internal */
 export async function acquireOne(
   wire: Wire,
@@ -125,39 +145,30 @@ export async function acquireOne(
         ? [statements.watching, [key, owner, ttlMicroseconds, follow.watchMicroseconds]]
         : [statements.inspecting, [key, owner, ttlMicroseconds]];
   const sentAt = performance.now();
-  const rows = await wire.query<{
-    acquired: boolean;
-    epoch: string | null;
-    expires_ms: number | null;
-    remaining_us: number | null;
-    holder?: {
-      held: boolean;
-      notifies: boolean;
-      many: boolean;
-      remaining_us: number | null;
-      earliest_us?: number | null;
-    } | null;
-  }>(key, statement, values, signal);
+  const rows = await wire.query<
+    AcquireColumns & {
+      holder?: {
+        held: boolean;
+        notifies: boolean;
+        many: boolean;
+        remaining_us: number | null;
+        earliest_us?: number | null;
+      } | null;
+    }
+  >(key, statement, values, signal);
   const row = rows[0]!;
+  const answer = acquiredRow(key, row, sentAt);
+  if (follow === undefined || row.acquired) return answer;
   return {
-    key,
-    acquired: row.acquired,
-    epoch: row.epoch === null ? null : BigInt(row.epoch),
-    expiresAt: dateFromMs(row.expires_ms),
-    sentAt,
-    remainingMs: msFromUs(row.remaining_us),
-    ...(follow === undefined || row.acquired
-      ? {}
-      : {
-          holder: {
-            found: row.holder != null,
-            held: row.holder?.held === true,
-            notifies: row.holder?.notifies === true,
-            many: row.holder?.many === true,
-            remainingMs: msFromUs(row.holder?.remaining_us),
-            earliestMs: msFromUs(row.holder?.earliest_us),
-          },
-        }),
+    ...answer,
+    holder: {
+      found: row.holder != null,
+      held: row.holder?.held === true,
+      notifies: row.holder?.notifies === true,
+      many: row.holder?.many === true,
+      remainingMs: msFromUs(row.holder?.remaining_us),
+      earliestMs: msFromUs(row.holder?.earliest_us),
+    },
   };
 }
 
@@ -176,21 +187,13 @@ export async function acquireWaiting(
   signal?: AbortSignal,
 ): Promise<AcquiredRow> {
   const sentAt = performance.now();
-  const rows = await wire.query<{
-    acquired: boolean;
-    epoch: string | null;
-    expires_ms: number | null;
-    remaining_us: number | null;
-  }>(key, STATEMENTS.acquireWaiting, [key, owner, ttlMicroseconds, waitMicroseconds], signal);
-  const row = rows[0]!;
-  return {
+  const rows = await wire.query<AcquireColumns>(
     key,
-    acquired: row.acquired,
-    epoch: row.epoch === null ? null : BigInt(row.epoch),
-    expiresAt: dateFromMs(row.expires_ms),
-    sentAt,
-    remainingMs: msFromUs(row.remaining_us),
-  };
+    STATEMENTS.acquireWaiting,
+    [key, owner, ttlMicroseconds, waitMicroseconds],
+    signal,
+  );
+  return acquiredRow(key, rows[0]!, sentAt);
 }
 
 /** lease.renew of one grant. @internal */
@@ -334,13 +337,11 @@ export async function acquireMany(
   ttlMicroseconds: number,
 ): Promise<AcquiredRow[]> {
   const sentAt = performance.now();
-  const result = await wire.query<{
-    key: string;
-    acquired: boolean;
-    epoch: string | null;
-    expires_ms: number | null;
-    remaining_us: number | null;
-  }>(keys[0]!, STATEMENTS.acquireMany, [keys, owner, ttlMicroseconds]);
+  const result = await wire.query<AcquireColumns & { key: string }>(
+    keys[0]!,
+    STATEMENTS.acquireMany,
+    [keys, owner, ttlMicroseconds],
+  );
   const remainingMs = leastRemainingMs(result);
   return result.map((row) => ({
     key: row.key,

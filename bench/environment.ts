@@ -169,6 +169,19 @@ function fsyncTest(dir: string): string | null {
   return null;
 }
 
+/**
+ * Writes the record into a run's folder: environment.md, and environment.json as `json` renders
+ * it (pretty-printed by default).
+ */
+export function writeEnvironment(
+  out: string,
+  env: Environment,
+  json: (env: Environment) => string = (e) => JSON.stringify(e, null, 2) + '\n',
+): void {
+  fs.writeFileSync(path.join(out, 'environment.md'), environmentMarkdown(env));
+  fs.writeFileSync(path.join(out, 'environment.json'), json(env));
+}
+
 /** The record as markdown. */
 export function environmentMarkdown(env: Environment): string {
   const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(1)} GiB`;

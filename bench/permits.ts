@@ -30,7 +30,7 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { PACKAGE_ROOT, PgCluster, findInstallation } from 'pg-lease-testing';
-import { environmentMarkdown, recordEnvironment } from './environment.js';
+import { recordEnvironment, writeEnvironment } from './environment.js';
 import { findPgbench } from './pgbench.js';
 import { BENCH_DATABASE, BENCH_SETTINGS } from './setup.js';
 import { median, summarise, type LatencySummary } from './stats.js';
@@ -286,8 +286,7 @@ async function main(): Promise<void> {
       candidates: [],
       fsyncTest: false,
     });
-    fs.writeFileSync(path.join(out, 'environment.md'), environmentMarkdown(env));
-    fs.writeFileSync(path.join(out, 'environment.json'), JSON.stringify(env, null, 2) + '\n');
+    writeEnvironment(out, env);
     command = env.command;
     await cluster.query(
       `SELECT lease.set_limit('${COUNTED_KEY}', ${LIMIT});

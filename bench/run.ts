@@ -17,7 +17,7 @@ import {
   type InstallationRequest,
   PACKAGE_ROOT,
 } from 'pg-lease-testing';
-import { environmentMarkdown, recordEnvironment } from './environment.js';
+import { recordEnvironment, writeEnvironment } from './environment.js';
 import {
   throughputRound,
   walRun,
@@ -312,8 +312,7 @@ async function main(): Promise<number> {
     await cluster.destroy();
   }
   if (options.waitOnly) {
-    fs.writeFileSync(path.join(options.out, 'environment.json'), toJson(env));
-    fs.writeFileSync(path.join(options.out, 'environment.md'), environmentMarkdown(env!));
+    writeEnvironment(options.out, env!, toJson);
     if (waitResults) process.stdout.write(waitMarkdown(waitResults, command));
     return 0;
   }
@@ -371,8 +370,7 @@ async function main(): Promise<number> {
   };
   if (profileResult) summary.profile = profileResult;
   const folder = path.relative(PACKAGE_ROOT, options.out);
-  fs.writeFileSync(path.join(options.out, 'environment.json'), toJson(env));
-  fs.writeFileSync(path.join(options.out, 'environment.md'), environmentMarkdown(env!));
+  writeEnvironment(options.out, env!, toJson);
   fs.writeFileSync(path.join(options.out, 'summary.json'), toJson(summary));
   writeCharts(summary, path.join(options.out, 'charts'));
   let markdown = summaryMarkdown(summary, env!, folder);

@@ -32,7 +32,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { LeaseClient, type Lease } from '../src/index.js';
 import { PACKAGE_ROOT, PgCluster, findInstallation } from 'pg-lease-testing';
-import { environmentMarkdown, recordEnvironment } from './environment.js';
+import { recordEnvironment, writeEnvironment } from './environment.js';
 import { processCpuTicks, serverCpuTicks } from './measure.js';
 import { findPgbench } from './pgbench.js';
 import { BENCH_DATABASE, BENCH_SETTINGS } from './setup.js';
@@ -1083,8 +1083,7 @@ async function main(): Promise<void> {
       candidates: [],
       fsyncTest: false,
     });
-    fs.writeFileSync(path.join(out, 'environment.md'), environmentMarkdown(env));
-    fs.writeFileSync(path.join(out, 'environment.json'), JSON.stringify(env, null, 2) + '\n');
+    writeEnvironment(out, env);
     md.unshift(
       `# pg_lease at scale (${quick ? 'quick' : 'full'} run)`,
       '',

@@ -338,10 +338,9 @@ export class Waiting {
         else until = Math.min(until, result.sentAt + watchMs / 2);
         // The server measured the time left while it answered: somewhere between the send and
         // the answer. Aim at the middle; an attempt that arrives early is denied and tells
-        // how little is left, one round trip more.
-        // A counted key's permit (which an exclusive acquire gets) comes free at the earliest
-        // of its grants' expiries.
-        const remainingMs = holder?.earliestMs ?? holder?.remainingMs;
+        // how little is left, one round trip more. A key held by many (a counted key's permits,
+        // shared grants) has a place free at the earliest of its grants' expiries.
+        const remainingMs = holder?.earliestMs;
         if (remainingMs != null)
           until = Math.min(
             until,

@@ -61,10 +61,11 @@ export interface HolderState {
   /** Time left on the holder's grant as the server measured it, in milliseconds. */
   remainingMs: number | null;
   /**
-   * For an exclusive acquire of a key held by many: the time left on its earliest grant, where
-   * a counted key's permit comes free (`remainingMs` is the latest). Absent otherwise.
+   * For a key held by many: the time left on its earliest grant, where a place comes free
+   * (`remainingMs` is the latest's), as read before the attempt (see ACQUIRE_FOLLOWING in
+   * statements.ts). Otherwise the holder's, as `remainingMs`.
    */
-  earliestMs?: number | null;
+  earliestMs: number | null;
 }
 
 /** One key's row of lease.acquire_many, with the send time its deadline starts from. @internal */
@@ -80,26 +81,21 @@ export interface AcquiredRow {
 
 /**
  * What an acquire asks for (SEMANTICS §13): `exclusive` is lease.acquire as it always was (on a
- * counted key it grants a permit); `permit` is the same call for a key known to be counted,
- * whose waiter wakes at the earliest permit's expiry; `shared` is lease.acquire_shared.
+ * counted key it grants a permit); `permit` is the same call for a key known to be counted, whose
+ * waiter never waits in the server (wait.ts); `shared` is lease.acquire_shared.
  * @internal
  */
 export type AcquireMode = 'exclusive' | 'permit' | 'shared';
 
-const ACQUIRE_STATEMENTS: Record<
-  AcquireMode,
-  { plain: Statement; watching: Statement; inspecting: Statement }
-> = {
-  exclusive: {
-    plain: STATEMENTS.acquire,
-    watching: STATEMENTS.acquireWatching,
-    inspecting: STATEMENTS.acquireInspecting,
-  },
-  permit: {
-    plain: STATEMENTS.acquire,
-    watching: STATEMENTS.acquirePermitWatching,
-    inspecting: STATEMENTS.acquirePermitInspecting,
-  },
+const EXCLUSIVE_STATEMENTS = {
+  plain: STATEMENTS.acquire,
+  watching: STATEMENTS.acquireWatching,
+  inspecting: STATEMENTS.acquireInspecting,
+};
+
+const ACQUIRE_STATEMENTS: Record<AcquireMode, typeof EXCLUSIVE_STATEMENTS> = {
+  exclusive: EXCLUSIVE_STATEMENTS,
+  permit: EXCLUSIVE_STATEMENTS,
   shared: {
     plain: STATEMENTS.acquireShared,
     watching: STATEMENTS.acquireSharedWatching,
@@ -152,7 +148,7 @@ export async function acquireOne(
         notifies: boolean;
         many: boolean;
         remaining_us: number | null;
-        earliest_us?: number | null;
+        earliest_us: number | null;
       } | null;
     }
   >(key, statement, values, signal);

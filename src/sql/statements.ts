@@ -61,93 +61,73 @@ export function msFromUs(us: number | null | undefined): number | null {
 }
 
 /**
- * A non-blocking acquire, with `follow` columns: the client waits between attempts itself,
- * holding no transaction (see wait.ts). `wait` is the SQL `wait` argument: only an exclusive
- * acquirer of a key in its shared phase passes one (acquireWaiting below).
+ * A non-blocking acquire. `wait` is the SQL `wait` argument: only an exclusive acquirer of a key
+ * in its shared phase passes one (acquireWaiting below).
  */
-function ACQUIRE(follow = '', call = 'lease.acquire', wait = ''): string {
-  return `SELECT a.acquired, a.epoch::text AS epoch, ${EXPIRES_MS('a')}, ${REMAINING_US('a')} AS remaining_us${follow}
+function ACQUIRE(call = 'lease.acquire', wait = ''): string {
+  return `SELECT a.acquired, a.epoch::text AS epoch, ${EXPIRES_MS('a')}, ${REMAINING_US('a')} AS remaining_us
        FROM ${call}($1, $2, ${MICROSECONDS('$3')}${wait}) AS a`;
 }
 
 /**
- * The holder's state after a denied attempt, as a column of the same statement: a CASE runs its
- * subquery only when the key was not granted, after the acquire (with its own snapshot); NULL
- * when the key has no row. `call` is lease.watch (which also asks for a notification of the
- * release, and says with `notifies` whether one will come) or lease.inspect.
+ * A non-blocking acquire followed by the holder's state after a denied attempt, as a column:
+ * the client waits between attempts itself, holding no transaction (see wait.ts). The CASE runs
+ * its subquery only when the key was not granted, after the acquire; the column is NULL when the
+ * key has no row. lease.watch (VOLATILE) reads the key anew; lease.inspect and lease.holders
+ * (STABLE) read it in the statement's snapshot, on the server's clock at their call. `follow` is lease.watch (which also asks for a
+ * notification of the release, and says with `notifies` whether one will come) or
+ * lease.inspect. `remaining_us` is the holder's time left, the latest grant's for a key held by
+ * many.
+ *
+ * `earliest_us` is the time left on the key's earliest grant when many hold it (SEMANTICS §13):
+ * a counted key, or a key in its shared phase, is held while any of its grants is live, and
+ * inspect and watch report the latest expiry among them; but a place comes free at the earliest
+ * one, so the waiter wakes then. That expiry (`b.earliest`) is read before the attempt: the
+ * LATERAL reference to `b.key` makes the server read it first. Read after a denial it would miss
+ * a grant that lapsed in between, and the waiter would sleep until the next grant's expiry or its
+ * poll. A grant made in between with an earlier expiry is missed either way, as is any grant
+ * made after the answer. A key held by one owner, or by many none of whom held it before the
+ * attempt, reports its holder's expiry.
  */
-function FOLLOW(
-  call: string,
-  notifies: string,
-  remaining = REMAINING_US('i'),
-  earliest?: string,
-): string {
-  return `, CASE WHEN NOT a.acquired THEN (
+function ACQUIRE_FOLLOWING(follow: 'watch' | 'inspect', call = 'lease.acquire'): string {
+  const [state, notifies] =
+    follow === 'watch'
+      ? [`lease.watch(b.key, ${MICROSECONDS('$4')})`, 'i.notifies']
+      : ['lease.inspect(b.key)', 'false'];
+  return `SELECT a.acquired, a.epoch::text AS epoch, ${EXPIRES_MS('a')}, ${REMAINING_US('a')} AS remaining_us,
+         CASE WHEN NOT a.acquired THEN (
            SELECT pg_catalog.json_build_object('held', i.held, 'notifies', ${notifies}, 'many',
-                    i.held AND i.owner IS NULL, 'remaining_us', ${remaining}${earliest ? `, 'earliest_us', ${earliest}` : ''})
-             FROM ${call} AS i) END AS holder`;
+                    i.held AND i.owner IS NULL, 'remaining_us', ${REMAINING_US('i')}, 'earliest_us', ${EARLIEST})
+             FROM ${state} AS i) END AS holder
+       FROM (SELECT $1::text AS key, pg_catalog.min(h.expires_at) AS earliest
+               FROM lease.holders($1) AS h) AS b
+       CROSS JOIN LATERAL ${call}(b.key, $2, ${MICROSECONDS('$3')}) AS a`;
 }
 
-/**
- * FOLLOW's time left for a permit or a shared grant (SEMANTICS §13): a counted key, or a key in
- * its shared phase, is held while any of its grants is live, and inspect and watch report the
- * latest expiry among them; but a place comes free at the earliest one, so the waiter wakes
- * then (`lease.holders`). A key held by one owner (an exclusive holder) counts as before.
- */
-const EARLIEST_REMAINING_US = `pg_catalog.date_part('epoch', CASE WHEN i.held AND i.owner IS NULL
-                    THEN (SELECT pg_catalog.min(h.expires_at) FROM lease.holders($1) AS h)
-                    ELSE i.expires_at END - pg_catalog.clock_timestamp()) * 1000000`;
+/** ACQUIRE_FOLLOWING's `earliest_us`. */
+const EARLIEST = `pg_catalog.date_part('epoch', CASE WHEN i.held AND i.owner IS NULL AND b.earliest IS NOT NULL
+                    THEN b.earliest ELSE i.expires_at END - pg_catalog.clock_timestamp()) * 1000000`;
 
 /** @internal */
 export const STATEMENTS = {
   acquire: statement('acquire', ACQUIRE()),
-  /**
-   * An exclusive acquire. For a key held by many it also reports the earliest grant's time left
-   * (`earliest_us`): a counted key's permit, which it would get, comes free then.
-   */
-  acquireWatching: statement(
-    'acquire_watching',
-    ACQUIRE(
-      FOLLOW(
-        `lease.watch($1, ${MICROSECONDS('$4')})`,
-        'i.notifies',
-        REMAINING_US('i'),
-        EARLIEST_REMAINING_US,
-      ),
-    ),
-  ),
-  acquireInspecting: statement(
-    'acquire_inspecting',
-    ACQUIRE(FOLLOW('lease.inspect($1)', 'false', REMAINING_US('i'), EARLIEST_REMAINING_US)),
-  ),
-  /** A permit of a counted key (plain lease.acquire), waking at the earliest permit's expiry. */
-  acquirePermitWatching: statement(
-    'acquire_permit_watching',
-    ACQUIRE(FOLLOW(`lease.watch($1, ${MICROSECONDS('$4')})`, 'i.notifies', EARLIEST_REMAINING_US)),
-  ),
-  acquirePermitInspecting: statement(
-    'acquire_permit_inspecting',
-    ACQUIRE(FOLLOW('lease.inspect($1)', 'false', EARLIEST_REMAINING_US)),
-  ),
+  /** An exclusive acquire; on a counted key it gets a permit (§13), as a permit's acquire does. */
+  acquireWatching: statement('acquire_watching', ACQUIRE_FOLLOWING('watch')),
+  acquireInspecting: statement('acquire_inspecting', ACQUIRE_FOLLOWING('inspect')),
+
   /**
    * An exclusive acquire that waits in the server for up to $4 microseconds: while the key is
    * in its shared phase it marks the key, so that no new shared grant is made (§13).
    */
-  acquireWaiting: statement(
-    'acquire_waiting',
-    ACQUIRE('', 'lease.acquire', `, ${MICROSECONDS('$4')}`),
-  ),
-  acquireShared: statement('acquire_shared', ACQUIRE('', 'lease.acquire_shared')),
+  acquireWaiting: statement('acquire_waiting', ACQUIRE('lease.acquire', `, ${MICROSECONDS('$4')}`)),
+  acquireShared: statement('acquire_shared', ACQUIRE('lease.acquire_shared')),
   acquireSharedWatching: statement(
     'acquire_shared_watching',
-    ACQUIRE(
-      FOLLOW(`lease.watch($1, ${MICROSECONDS('$4')})`, 'i.notifies', EARLIEST_REMAINING_US),
-      'lease.acquire_shared',
-    ),
+    ACQUIRE_FOLLOWING('watch', 'lease.acquire_shared'),
   ),
   acquireSharedInspecting: statement(
     'acquire_shared_inspecting',
-    ACQUIRE(FOLLOW('lease.inspect($1)', 'false', EARLIEST_REMAINING_US), 'lease.acquire_shared'),
+    ACQUIRE_FOLLOWING('inspect', 'lease.acquire_shared'),
   ),
   setLimit: statement(
     'set_limit',

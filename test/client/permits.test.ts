@@ -19,6 +19,7 @@ import {
   type LeaseClientOptions,
 } from '../../src/index.js';
 import { MAX_PERMITS } from '../../src/generated/sql.js';
+import { STATEMENTS } from '../../src/sql/statements.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
@@ -185,6 +186,56 @@ describe('counted keys through the client', { concurrency: true }, () => {
     assert.ok(wokenAfter < 8_000, `woken ${Math.round(wokenAfter)} ms after the release`);
     assert.ok(lease.epoch > holders[1]!.epoch);
     await Promise.all([lease.release(), holders[0]!.release()]);
+  });
+
+  test("a denied attempt reports the earliest permit's time left as it stood before the attempt, also when that permit lapses during the statement", async () => {
+    // The statement a waiting client sends after its first denial, back to back around a
+    // permit's lapse until it takes that place: now and then a denied attempt ends just after
+    // the lapse. Read after the denial (as it once was), the earliest expiry then came from the
+    // other permit, three minutes away, and the waiter slept until its poll. Each lapse is one
+    // chance in a hundred or so to catch that; lanes of one waiter each give it five hundred (a
+    // second waiter of a key could take the place after the statement's snapshot, which no
+    // answer can show).
+    const lanes = 16;
+    const pool = new pg.Pool({ connectionString: db.url, max: lanes });
+    pool.on('error', () => undefined);
+    pools.push(pool);
+    const holder = clientOf();
+    const misreported: string[] = [];
+    await Promise.all(
+      Array.from({ length: lanes }, async () => {
+        for (let round = 0; round < 32; round++) {
+          const key = uniqueKey('permits-earliest-race');
+          const long = await holder.acquire(key, { ttl: '3 min', limit: 2 });
+          const short = await holder.acquire(key, { ttl: '150ms', limit: 2 });
+          assert.ok(long && short);
+          await sleep(short.remainingMs() - 20);
+          const deadline = performance.now() + 20_000;
+          for (;;) {
+            const { rows } = await pool.query<{
+              acquired: boolean;
+              epoch: string | null;
+              holder: { earliest_us: number | null } | null;
+            }>({ text: STATEMENTS.acquireInspecting.text, values: [key, 'waiter', 60e6] });
+            const row = rows[0]!;
+            if (row.acquired) {
+              await pool.query('SELECT lease.release($1, $2, $3::bigint)', [
+                key,
+                'waiter',
+                row.epoch,
+              ]);
+              break;
+            }
+            const earliestUs = row.holder?.earliest_us;
+            if (!(earliestUs != null && earliestUs < 1e6))
+              misreported.push(`${key}: ${earliestUs}`);
+            assert.ok(performance.now() < deadline, 'the lapsed permit is taken');
+          }
+          await long.release();
+        }
+      }),
+    );
+    assert.deepEqual(misreported, []);
   });
 
   test("a waiting acquire takes the earliest permit's place when it lapses", async () => {

@@ -6,7 +6,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
 import {
   Election,
   LeaseClient,
@@ -21,23 +20,17 @@ import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
 let db: TestDatabase;
 let admin: LeaseClient;
-const pools: pg.Pool[] = [];
-
 before(async () => {
   db = await createTestDatabase();
   admin = new LeaseClient(db.pool);
 });
 after(async () => {
-  await Promise.all(pools.map((pool) => pool.end()));
   await db.close();
 });
 
 /** A candidate process stand-in: its own pool and client. */
 function candidate(options: LeaseClientOptions = {}): LeaseClient {
-  const pool = new pg.Pool({ connectionString: db.url, max: 4 });
-  pool.on('error', () => undefined);
-  pools.push(pool);
-  return new LeaseClient(pool, options);
+  return new LeaseClient(db.newPool(), options);
 }
 
 /** The `lost` and `resigned` events of `election`. */

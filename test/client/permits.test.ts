@@ -8,7 +8,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
 import {
   LeaseAbortedError,
   LeaseClient,
@@ -25,23 +24,18 @@ import { abortReason, uniqueKey, waitFor } from '../support/helpers.js';
 
 let db: TestDatabase;
 let admin: LeaseClient;
-const pools: pg.Pool[] = [];
 
 before(async () => {
   db = await createTestDatabase();
   admin = new LeaseClient(db.pool);
 });
 after(async () => {
-  await Promise.all(pools.map((pool) => pool.end()));
   await db.close();
 });
 
 /** A client on a pool of its own. */
 function clientOf(options: LeaseClientOptions = {}): LeaseClient {
-  const pool = new pg.Pool({ connectionString: db.url, max: 4 });
-  pool.on('error', () => undefined);
-  pools.push(pool);
-  return new LeaseClient(pool, options);
+  return new LeaseClient(db.newPool(), options);
 }
 
 /** Whether a waiter has marked the key, so that a release of any of its permits notifies. */
@@ -197,9 +191,7 @@ describe('counted keys through the client', { concurrency: true }, () => {
     // second waiter of a key could take the place after the statement's snapshot, which no
     // answer can show).
     const lanes = 16;
-    const pool = new pg.Pool({ connectionString: db.url, max: lanes });
-    pool.on('error', () => undefined);
-    pools.push(pool);
+    const pool = db.newPool({ max: lanes });
     const holder = clientOf();
     const misreported: string[] = [];
     await Promise.all(
@@ -280,9 +272,7 @@ describe('counted keys through the client', { concurrency: true }, () => {
     assert.ok(long && short);
     // A pool of 2 leaves no connection to wait in the server: the waiter (no limit: it gets a
     // permit, §13) sleeps in the client, and only the earliest permit's expiry wakes it in time.
-    const pool = new pg.Pool({ connectionString: db.url, max: 2 });
-    pool.on('error', () => undefined);
-    pools.push(pool);
+    const pool = db.newPool({ max: 2 });
     const waiter = new LeaseClient(pool, { pollInterval: '30s' });
     const started = performance.now();
     const lease = await waiter.acquire(key, { ttl: '1 min', wait: '50s' });
@@ -472,9 +462,7 @@ describe('shared grants through the client', { concurrency: true }, () => {
   test('writers of two clients on one pool waiting in the server leave it a connection for renewals', async () => {
     // Two clients on one pool of 4: each listens on one connection; if each let one writer
     // wait in the server, the four would all be taken and a renewal would find none.
-    const pool = new pg.Pool({ connectionString: db.url, max: 4 });
-    pool.on('error', () => undefined);
-    pools.push(pool);
+    const pool = db.newPool();
     const [a, b] = [new LeaseClient(pool), new LeaseClient(pool)];
     const readers = clientOf();
     const keys = [1, 2].map((i) => uniqueKey(`shared-shared-pool-${i}`));

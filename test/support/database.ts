@@ -16,6 +16,8 @@ export interface TestDatabase {
   urlAs(user: string): string;
   /** A pool on the database; ended by close(). */
   pool: pg.Pool;
+  /** Another pool on the database (`max` 4 unless `config` says), also ended by close(). */
+  newPool(config?: Omit<pg.PoolConfig, 'connectionString'>): pg.Pool;
   /**
    * Drops the database (or destroys the private cluster). Call it once every connection the
    * test made to the database has been ended: the drop first waits for their backends to exit.
@@ -59,10 +61,16 @@ export async function createTestDatabase(
       await client.end();
     }
   }
-  const pool = new pg.Pool({ connectionString: url, max: 20 });
-  // Only a connection the test left open is terminated by close(); see dropDatabase.
-  pool.on('error', () => undefined);
-  pool.on('connect', (client) => client.on('error', () => undefined));
+  const pools: pg.Pool[] = [];
+  const newPool = (config: Omit<pg.PoolConfig, 'connectionString'> = {}): pg.Pool => {
+    const pool = new pg.Pool({ max: 4, ...config, connectionString: url });
+    // Only a connection the test left open is terminated by close(); see dropDatabase.
+    pool.on('error', () => undefined);
+    pool.on('connect', (client) => client.on('error', () => undefined));
+    pools.push(pool);
+    return pool;
+  };
+  const pool = newPool({ max: 20 });
   return {
     url,
     urlAs: (user) => {
@@ -71,8 +79,9 @@ export async function createTestDatabase(
       return parsed.toString();
     },
     pool,
+    newPool,
     close: async () => {
-      await pool.end();
+      await Promise.all(pools.map((each) => each.end()));
       if (cluster) {
         await cluster.destroy();
         return;

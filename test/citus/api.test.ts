@@ -576,16 +576,19 @@ describe('pg_lease on Citus (coordinator + 2 workers)', { skip }, () => {
       assert.equal((await pool.query(`SELECT lease.bind_owners(true) AS on`)).rows[0]!.on, true);
       const grant = await acquire(alice, key, owner, '30 seconds');
       assert.equal(grant.acquired, true);
+      // One at a time: carol is one connection.
       for (const call of [
-        carol.query(`SELECT * FROM lease.acquire($1, $2, '30 seconds')`, [key, owner]),
-        carol.query(`SELECT * FROM lease.renew($1, $2, $3, '30 seconds')`, [
-          key,
-          owner,
-          String(grant.epoch),
-        ]),
-        carol.query(`SELECT * FROM lease.release($1, $2, $3)`, [key, owner, String(grant.epoch)]),
+        () => carol.query(`SELECT * FROM lease.acquire($1, $2, '30 seconds')`, [key, owner]),
+        () =>
+          carol.query(`SELECT * FROM lease.renew($1, $2, $3, '30 seconds')`, [
+            key,
+            owner,
+            String(grant.epoch),
+          ]),
+        () =>
+          carol.query(`SELECT * FROM lease.release($1, $2, $3)`, [key, owner, String(grant.epoch)]),
       ]) {
-        const error = await pgError(call);
+        const error = await pgError(call());
         assert.equal(error.code, '42501', error.message);
       }
       assert.deepEqual(await inspect(pool, key), {

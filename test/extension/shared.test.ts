@@ -487,8 +487,12 @@ describe('randomized history of shared and exclusive grants', () => {
       const def = rows[0].def as string;
       const broken = def
         .replaceAll('GREATEST(v_limit, 1)', 'GREATEST(v_limit, 2)')
-        .replaceAll('IF v_count > 0 THEN', 'IF v_count > 1 THEN');
-      assert.equal(def.split('IF v_count > 0 THEN').length, 2, 'the check to plant the defect in');
+        .replaceAll('WHEN NOT p_shared AND v_limit = 0 THEN 1', 'WHEN NOT p_shared AND v_limit = 0 THEN 2');
+      assert.equal(
+        def.split('WHEN NOT p_shared AND v_limit = 0 THEN 1').length,
+        2,
+        'the check to plant the defect in',
+      );
       await planted.pool.query(broken);
       const seed = Date.now() >>> 0;
       const violations = await sharedHistory(planted.url, seed, 600);

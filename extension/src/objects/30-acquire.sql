@@ -129,10 +129,18 @@ BEGIN
         IF v_limit IS NOT NULL THEN
             -- A counted key (§13): one of its permits; a key in its shared
             -- phase: the exclusive grant once no shared grant is live.
-            RETURN QUERY
-                SELECT a.acquired, a.epoch, a.expires_at
-                  FROM lease._acquire_permit(p_key, p_owner, p_ttl, false) AS a;
-            RETURN;
+            SELECT a.acquired, a.epoch, a.expires_at
+              INTO acquired, epoch, expires_at
+              FROM lease._acquire_permit(p_key, p_owner, p_ttl, false) AS a;
+            -- Unless the key was made exclusive (lease.set_limit(key, NULL))
+            -- while the grant waited for its row: then the exclusive
+            -- grant's rules answer, in the round below.
+            IF acquired OR NOT EXISTS (SELECT FROM lease.leases AS l
+                                        WHERE l.key = p_key COLLATE pg_catalog."C"
+                                          AND l.permit_limit IS NULL) THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
         ELSIF NOT FOUND THEN
             -- 3. NEVER -> HELD(owner, floor + 1, now + ttl); the floor is 0
             -- until lease.purge deletes a key.  The floor is read before the

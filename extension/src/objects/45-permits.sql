@@ -45,29 +45,61 @@ COMMENT ON TABLE lease.permits IS
     'pg_lease internal state: one row per permit of a counted key or shared grant of a key; use the lease.* functions, never this table';
 
 /*
- * lease._count_permits(key, owner, at): the count (see above), the one
- * place it is made, by a caller that holds the key's row locked (FOR NO KEY
- * UPDATE) and read the clock (at) once it held it: the grant of a permit,
+ * lease._count_permits(key, owner, at, room): the count (see above), the
+ * one place it is made, by a caller that holds the key's row locked (FOR NO
+ * KEY UPDATE) and read the clock (at) once it held it: the grant of a permit,
  * of a shared grant or of the exclusive grant of a key in its shared phase
  * (lease._acquire_permit), and lease.set_limit.  Deletes the key's permits
- * that are not live at at, waiting for a renew, release or fenced
- * transaction that holds one, and returns how many are left (live) and how
- * many of those are owner's (owned, 0 or 1).  A permit renewed in an open
- * transaction before it lapsed is waited for and counted: a plain read
- * would see it lapsed, and a later statement that trusted that read would
- * act on a live permit (a DELETE of it, a grant beside it).
+ * that are not live at at and returns how many are left (live) and how many
+ * of those are owner's (owned, 0 or 1).
+ *
+ * A lapsed permit that another transaction holds locked (a fenced
+ * transaction's FOR SHARE, a renew or release not yet committed) is waited
+ * for: a renewal made in an open transaction before it lapsed makes it live,
+ * and a plain read would see it lapsed, and a later statement that trusted
+ * that read would act on a live permit (a DELETE of it, a grant beside it).
+ * A grant passes room, the count it must stay below: it first sweeps only
+ * the lapsed permits nobody holds, counts the locked ones as taken, and
+ * waits only when it needs one of their places (the count reaches room, or
+ * one is owner's own), so a fenced lapsed permit holds up only the grants
+ * that need its place (§13).  lease.set_limit passes no room and always
+ * waits: it reports the exact count.
  */
 CREATE OR REPLACE FUNCTION lease._count_permits(
     p_key   text,
     p_owner text,
     p_at    timestamptz,
+    p_room  integer,
     OUT live  integer,
     OUT owned integer)
     LANGUAGE plpgsql
     VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $function$
+DECLARE
+    v_held_lapsed integer;
+    v_own_lapsed  integer;
 BEGIN
+    IF p_room IS NOT NULL THEN
+        DELETE FROM lease.permits AS p
+         WHERE p.key = p_key COLLATE pg_catalog."C"
+           AND p.owner IN (SELECT q.owner
+                             FROM lease.permits AS q
+                            WHERE q.key = p_key COLLATE pg_catalog."C"
+                              AND NOT lease._is_live(q.owner, q.expires_at, p_at)
+                              FOR UPDATE SKIP LOCKED);
+        SELECT pg_catalog.count(*),
+               pg_catalog.count(*) FILTER (WHERE p.owner = p_owner COLLATE pg_catalog."C"),
+               pg_catalog.count(*) FILTER (WHERE NOT lease._is_live(p.owner, p.expires_at, p_at)),
+               pg_catalog.count(*) FILTER (WHERE p.owner = p_owner COLLATE pg_catalog."C"
+                                             AND NOT lease._is_live(p.owner, p.expires_at, p_at))
+          INTO live, owned, v_held_lapsed, v_own_lapsed
+          FROM lease.permits AS p
+         WHERE p.key = p_key COLLATE pg_catalog."C";
+        IF v_held_lapsed = 0 OR (live < p_room AND v_own_lapsed = 0) THEN
+            RETURN;
+        END IF;
+    END IF;
     DELETE FROM lease.permits AS p
      WHERE p.key = p_key COLLATE pg_catalog."C"
        AND NOT lease._is_live(p.owner, p.expires_at, p_at);
@@ -79,7 +111,7 @@ BEGIN
 END;
 $function$;
 
-REVOKE ALL ON FUNCTION lease._count_permits(text, text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._count_permits(text, text, timestamptz, integer) FROM PUBLIC;
 
 /*
  * lease._acquire_permit(key, owner, ttl, shared): a grant on a key that has
@@ -126,6 +158,7 @@ DECLARE
     v_holder     text;
     v_held_until timestamptz;
     v_count      integer;
+    v_room       integer;
     v_epoch      bigint;
     v_first      bigint;
     v_expires_at timestamptz;
@@ -197,8 +230,8 @@ BEGIN
         END IF;
 
         -- 2. A look without a lock.  An exclusive acquire on a key that no
-        -- longer has permits (lease.set_limit meanwhile) is denied: the
-        -- caller asks again.
+        -- longer has permits (lease.set_limit meanwhile) is denied here:
+        -- lease.acquire then makes the exclusive grant.
         v_count := (SELECT pg_catalog.count(*)
                       FROM lease.permits AS p
                      WHERE p.key = p_key COLLATE pg_catalog."C"
@@ -251,15 +284,21 @@ BEGIN
             ELSIF v_limit IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'PLL01';
             END IF;
+            -- The count this grant must stay below: the exclusive grant
+            -- of a key in its shared phase needs it empty; a permit, fewer
+            -- than the limit; a shared grant, fewer than the most a shared
+            -- phase admits.
+            v_room := CASE WHEN NOT p_shared AND v_limit = 0 THEN 1
+                           ELSE COALESCE(NULLIF(v_limit, 0), lease._max_permits()) END;
             SELECT c.live, c.owned INTO v_count, v_epoch
-              FROM lease._count_permits(p_key, p_owner, v_now) AS c;
+              FROM lease._count_permits(p_key, p_owner, v_now, v_room) AS c;
 
             IF NOT p_shared AND v_limit = 0 THEN
                 -- The exclusive grant of a key in its shared phase: only
                 -- once no shared grant is live (the caller's own neither:
                 -- a shared grant is not upgraded).  The key is exclusive
                 -- again from here.
-                IF v_count > 0 THEN
+                IF v_count >= v_room THEN
                     RAISE EXCEPTION USING ERRCODE = 'PLL01';
                 END IF;
                 UPDATE lease.leases AS l
@@ -277,7 +316,7 @@ BEGIN
             -- Full, or the caller's own permit appeared meanwhile (step 1
             -- then returns it): nothing granted, nothing kept.  A shared
             -- phase admits up to lease._max_permits() shared grants.
-            IF v_count >= COALESCE(NULLIF(v_limit, 0), lease._max_permits()) OR v_epoch > 0 THEN
+            IF v_count >= v_room OR v_epoch > 0 THEN
                 RAISE EXCEPTION USING ERRCODE = 'PLL01';
             END IF;
             -- A shared grant of an exclusive key whose grant is not live
@@ -534,7 +573,7 @@ BEGIN
     -- when none is left, the key has no permit rows at all.
     holders := 0;
     IF v_limit IS NOT NULL THEN
-        SELECT c.live INTO holders FROM lease._count_permits(p_key, NULL, v_now) AS c;
+        SELECT c.live INTO holders FROM lease._count_permits(p_key, NULL, v_now, NULL) AS c;
     END IF;
 
     -- Holders the caller must be able to act for (owners bound).
